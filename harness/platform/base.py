@@ -1,0 +1,50 @@
+"""What every platform backend answers: the visible devices and their memory, in bytes, read in one pass."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device as this process sees it.
+
+    ``index`` is the visible (framework) index, ``physical`` the index in the management library's own
+    enumeration (NVML or amdsmi order), which differs from the visible one under a mask or when CUDA
+    orders devices by speed rather than PCI bus id.
+    """
+
+    index: int
+    physical: int
+    name: str
+    uuid: str
+    pci_bus_id: str
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """Device memory in bytes. ``used`` excludes nothing: it is what the library reports as used."""
+
+    used_bytes: int
+    total_bytes: int
+
+    @property
+    def free_bytes(self) -> int:
+        return self.total_bytes - self.used_bytes
+
+
+class Platform(ABC):
+    """One small interface per platform, so a fake NVML or amdsmi can be swapped in by tests."""
+
+    name: str  # "cuda" | "rocm" | "cpu"
+    mask_variable: str | None  # the variable a worker sets to pin its device(s)
+
+    @abstractmethod
+    def devices(self) -> list[Device]:
+        """The visible devices, in visible order."""
+
+    @abstractmethod
+    def memory(self) -> dict[int, MemoryReading]:
+        """Memory of every visible device, keyed by visible index, read in one pass."""
