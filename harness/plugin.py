@@ -1,0 +1,1 @@
+"""pytest plugin glue: attribution, ledger per worker, runner fixtures, terminal summary."""
