@@ -1,35 +1,78 @@
-"""The ``harness`` command: argument parsing only; each subcommand lives in the module of its role."""
+"""The ``harness`` command: argument parsing only; each subcommand lives in the module of its role.
+
+Every subcommand module exposes ``main(args) -> int``. A ``HarnessError`` becomes one line on stderr and
+exit 2, so bad input never shows a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from harness.errors import HarnessError
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="harness", description=__doc__)
+    parser = argparse.ArgumentParser(prog="harness", description="CI harness for GPU model test suites.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     doctor = sub.add_parser("doctor", help="platform, devices, memory, versions and fitting nox sessions")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.set_defaults(module="harness.doctor")
+
+    run = sub.add_parser("run", help="run a suite's phases in order and write the run directory")
+    run.add_argument("suite")
+    run.add_argument("--platform", choices=["cuda", "rocm", "cpu"])
+    run.add_argument("--phase", action="append", dest="phases", metavar="NAME", help="run only these phases")
+    run.add_argument("--out", help="run directory (default harness-out/<suite>-<platform>/)")
+    run.add_argument("--fail-fast", action="store_true", help="stop after the first failing phase")
+    run.add_argument("--shard", metavar="I/N", help="run shard I (0-based) of N; Buildkite fills it")
+    run.add_argument("--durations-from", metavar="REPORT", help="report.json or run dir for LPT sharding")
+    run.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest")
+    run.set_defaults(module="harness.phases")
+
+    report = sub.add_parser("report", help="(re)write report.json, junit.xml, summary.md, timeline of a run dir")
+    report.add_argument("run_dir")
+    report.set_defaults(module="harness.report")
+
+    compare = sub.add_parser("compare", help="compare two reports: starts, wall, outcomes")
+    compare.add_argument("before")
+    compare.add_argument("after")
+    compare.add_argument("--format", choices=["text", "md", "json"], default="text")
+    compare.add_argument(
+        "--fail-on-regression",
+        action="append",
+        default=[],
+        metavar="WHAT",
+        help="'starts' or 'wall:10%%': exit 1 when AFTER is worse",
+    )
+    compare.set_defaults(module="harness.compare")
+
+    ci = sub.add_parser("ci", help="generate CI configuration")
+    ci_sub = ci.add_subparsers(dest="ci_command", required=True)
+    buildkite = ci_sub.add_parser("buildkite", help="print a dynamic Buildkite pipeline (YAML)")
+    buildkite.add_argument("--platforms", default=None, help="comma-separated, e.g. cuda,rocm")
+    buildkite.add_argument("--suites", default=None, help="comma-separated, e.g. pooling,generation")
+    buildkite.add_argument("--parallelism", type=int, default=None)
+    buildkite.set_defaults(module="harness.ci.buildkite")
+    matrix = ci_sub.add_parser("matrix", help="print the platform x suite matrix")
+    matrix.add_argument("--format", choices=["github", "json"], default="github")
+    matrix.add_argument("--platforms", default=None)
+    matrix.add_argument("--suites", default=None)
+    matrix.set_defaults(module="harness.ci.github")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "doctor":
-            from harness.doctor import main as doctor_main
-
-            return doctor_main(args)
+        return importlib.import_module(args.module).main(args)
     except HarnessError as error:
         print(f"harness: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    return 2
 
 
 if __name__ == "__main__":
