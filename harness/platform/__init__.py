@@ -1,0 +1,86 @@
+"""Which platform this process runs on, and its backend.
+
+``detect`` asks NVML, then amdsmi, and falls back to the host CPU, saying why in ``Detection.reason``.
+``HARNESS_PLATFORM`` forces the answer (CI agents where detection is ambiguous);
+``HARNESS_NVML_MODULE`` / ``HARNESS_AMDSMI_MODULE`` name the module to import in place of ``pynvml`` /
+``amdsmi``, which is how tests put fakes in, also in xdist workers and pytester subprocesses.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import ModuleType
+
+from harness.errors import PlatformError
+from harness.platform.amd import AmdPlatform
+from harness.platform.base import Device, MemoryReading, Platform
+from harness.platform.host import HostPlatform
+from harness.platform.nvidia import NvidiaPlatform
+
+__all__ = ["Detection", "Device", "MemoryReading", "Platform", "detect", "PLATFORMS"]
+
+PLATFORMS = ("cuda", "rocm", "cpu")
+
+
+@dataclass(frozen=True)
+class Detection:
+    platform: Platform
+    reason: str
+
+
+@functools.cache
+def _initialised(module_name: str, init: str) -> ModuleType:
+    """Import a management library and initialise it, once per process (an NVML init costs ~9 ms).
+
+    Failures are not cached: ``functools.cache`` keeps only returned values.
+    """
+    module = importlib.import_module(module_name)
+    getattr(module, init)()
+    return module
+
+
+def _answer(env: Mapping[str, str], variable: str, default: str, init: str, count: str):
+    """(initialised library or None, its device count, what to say about it in one line)."""
+    name = env.get(variable) or default
+    try:
+        module = _initialised(name, init)
+        found = getattr(module, count)()
+    except ImportError:
+        return None, 0, f"{name} not installed"
+    except Exception as error:  # NVMLError / AmdSmiException: their base classes live in the module
+        return None, 0, f"{name}: {error}"
+    return module, len(found) if isinstance(found, list) else found, name
+
+
+def detect(env: Mapping[str, str] = os.environ) -> Detection:
+    forced = env.get("HARNESS_PLATFORM", "")
+    if forced and forced not in PLATFORMS:
+        raise PlatformError(f"HARNESS_PLATFORM={forced!r}: expected one of {', '.join(PLATFORMS)}")
+    if forced == "cpu":
+        return Detection(HostPlatform(), "HARNESS_PLATFORM=cpu")
+
+    why = []
+    if forced in ("", "cuda"):
+        nvml, count, said = _answer(env, "HARNESS_NVML_MODULE", "pynvml", "nvmlInit", "nvmlDeviceGetCount")
+        if count:
+            how = "HARNESS_PLATFORM=cuda" if forced else "NVML answered"
+            driver = nvml.nvmlSystemGetDriverVersion()
+            return Detection(NvidiaPlatform(nvml, env), f"{how}: {count} GPU(s), driver {driver} ({said})")
+        why.append(said if nvml is None else f"{said}: NVML reports no GPU")
+        if forced:
+            raise PlatformError(f"HARNESS_PLATFORM=cuda but NVML does not answer ({why[-1]})")
+
+    amdsmi, count, said = _answer(
+        env, "HARNESS_AMDSMI_MODULE", "amdsmi", "amdsmi_init", "amdsmi_get_processor_handles"
+    )
+    if count:
+        how = "HARNESS_PLATFORM=rocm" if forced else "amdsmi answered"
+        return Detection(AmdPlatform(amdsmi, env), f"{how}: {count} GPU(s) ({said})")
+    why.append(said if amdsmi is None else f"{said}: amdsmi reports no GPU")
+    if forced:
+        raise PlatformError(f"HARNESS_PLATFORM=rocm but amdsmi does not answer ({why[-1]})")
+    return Detection(HostPlatform(), "no GPU: " + "; ".join(why))

@@ -1,0 +1,62 @@
+"""The CPU platform: one device, the host, whose memory is NUMA node 0's where the kernel reports nodes.
+
+vLLM's CPU backend sizes its KV cache from, and checks free memory on, NUMA node 0 (7.6 of 23 GiB on the
+project machine), so node 0 is the figure a memory wait must watch; the host figure is shown beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform as stdlib_platform
+from pathlib import Path
+
+import psutil
+
+from harness.errors import PlatformError
+from harness.platform.base import Device, MemoryReading, Platform
+
+NODE0_MEMINFO = Path("/sys/devices/system/node/node0/meminfo")
+
+
+class HostPlatform(Platform):
+    name = "cpu"
+    mask_variable = None
+
+    def __init__(self, node_meminfo: Path = NODE0_MEMINFO):
+        self._node_meminfo = node_meminfo
+
+    def host_memory(self) -> MemoryReading:
+        """The whole host; used = total - available, since page cache is given back on demand."""
+        memory = psutil.virtual_memory()
+        return MemoryReading(memory.total - memory.available, memory.total)
+
+    def node_memory(self) -> MemoryReading | None:
+        """NUMA node 0 (used = MemTotal - MemFree, the free figure vLLM checks), or None without NUMA info."""
+        try:
+            text = self._node_meminfo.read_text()
+        except FileNotFoundError:
+            return None
+        fields = {}
+        for line in text.splitlines():
+            parts = line.split()  # "Node 0 MemTotal:   9136332 kB"
+            if len(parts) >= 4 and parts[2].endswith(":"):
+                fields[parts[2][:-1]] = int(parts[3]) * 1024
+        try:
+            return MemoryReading(fields["MemTotal"] - fields["MemFree"], fields["MemTotal"])
+        except KeyError:
+            raise PlatformError(f"{self._node_meminfo} has no MemTotal/MemFree lines") from None
+
+    def devices(self) -> list[Device]:
+        return [
+            Device(
+                index=0,
+                physical=0,
+                name=f"{stdlib_platform.machine()} host ({os.cpu_count()} CPUs)",
+                uuid="cpu",
+                pci_bus_id="",
+                total_bytes=self.memory()[0].total_bytes,
+            )
+        ]
+
+    def memory(self) -> dict[int, MemoryReading]:
+        return {0: self.node_memory() or self.host_memory()}

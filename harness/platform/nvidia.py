@@ -1,0 +1,62 @@
+"""NVIDIA GPUs through nvidia-ml-py (``pynvml``): identity once, memory in bytes on every poll."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from types import ModuleType
+
+from harness.errors import PlatformError
+from harness.platform import masks
+from harness.platform.base import Device, MemoryReading, Platform
+
+
+class NvidiaPlatform(Platform):
+    """The devices ``CUDA_VISIBLE_DEVICES`` leaves visible, read through an initialised NVML module.
+
+    ``nvml`` is ``pynvml`` or anything with its names (the tests' fake); ``detect`` initialises it once
+    per process. The mask is resolved here, at construction, so a bad mask fails before any test runs.
+    """
+
+    name = "cuda"
+    mask_variable = "CUDA_VISIBLE_DEVICES"
+
+    def __init__(self, nvml: ModuleType, env: Mapping[str, str] = os.environ):
+        self._nvml = nvml
+        try:
+            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+            found = [
+                (
+                    physical,
+                    handle,
+                    nvml.nvmlDeviceGetUUID(handle),
+                    masks.normalise_bus_id(nvml.nvmlDeviceGetPciInfo(handle).busId),
+                )
+                for physical, handle in enumerate(handles)
+            ]
+            by_bus = sorted(found, key=lambda device: device[3])
+            chosen = masks.visible(self.mask_variable, env.get(self.mask_variable), [d[2] for d in by_bus])
+            self._handles = [by_bus[position][1] for position in chosen]
+            self._devices = [
+                Device(
+                    index=index,
+                    physical=by_bus[position][0],
+                    name=nvml.nvmlDeviceGetName(by_bus[position][1]),
+                    uuid=by_bus[position][2],
+                    pci_bus_id=by_bus[position][3],
+                    total_bytes=nvml.nvmlDeviceGetMemoryInfo(by_bus[position][1]).total,
+                )
+                for index, position in enumerate(chosen)
+            ]
+        except nvml.NVMLError as error:
+            raise PlatformError(f"NVML failed while listing devices: {error}") from None
+
+    def devices(self) -> list[Device]:
+        return list(self._devices)
+
+    def memory(self) -> dict[int, MemoryReading]:
+        try:
+            infos = [self._nvml.nvmlDeviceGetMemoryInfo(handle) for handle in self._handles]
+        except self._nvml.NVMLError as error:
+            raise PlatformError(f"NVML failed while reading device memory: {error}") from None
+        return {index: MemoryReading(info.used, info.total) for index, info in enumerate(infos)}

@@ -1,0 +1,42 @@
+"""Shared fixture: a fake GPU machine for the platform layer (see ``tests.fakes``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_MODULES = {
+    "nvidia": ("HARNESS_NVML_MODULE", "tests.fakes.pynvml"),
+    "amd": ("HARNESS_AMDSMI_MODULE", "tests.fakes.amdsmi"),
+}
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch, tmp_path):
+    """``fake_gpus(devices, vendor="nvidia"|"amd")`` describes the machine and returns the file to rewrite.
+
+    Only the chosen vendor's fake is selected; the other library is pointed at a module that does not
+    exist, so detection is the same on any machine. The environment is set for subprocesses too.
+    """
+    path = tmp_path / "fake_gpus.json"
+    for variable in (
+        "HARNESS_PLATFORM",
+        "CUDA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+    def describe(devices: list[dict], vendor: str = "nvidia") -> Path:
+        path.write_text(json.dumps(devices))
+        monkeypatch.setenv("FAKE_GPUS_FILE", str(path))
+        for name, (variable, module) in _MODULES.items():
+            monkeypatch.setenv(variable, module if name == vendor else "tests.fakes.absent")
+        return path
+
+    return describe
