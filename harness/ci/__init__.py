@@ -1,0 +1,1 @@
+"""CI generators: Buildkite pipelines and GitHub Actions matrices from one platform × suite definition."""

@@ -1,0 +1,59 @@
+"""``harness ci buildkite``: a dynamic pipeline for ``buildkite-agent pipeline upload``.
+
+One command step per platform × suite. The pipeline is uploaded with Buildkite's interpolation on, so every
+``$`` meant for the job's shell is written ``$$``; every value placed in a command is shell-quoted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+import yaml
+
+from harness.ci.matrix import Cell, CiSettings, cells, load
+from harness.errors import HarnessError
+
+# Buildkite's own retry conditions for work lost to the machine, not to the tests.
+_INFRA_FAILURES = ({"exit_status": -1}, {"exit_status": 255}, {"signal_reason": "agent_stop"})
+
+
+def pipeline(selected: list[Cell], settings: CiSettings, parallelism: int) -> dict:
+    """The pipeline as data (what ``main`` prints as YAML)."""
+    return {"steps": [_step(cell, settings, parallelism) for cell in selected]}
+
+
+def main(args: argparse.Namespace) -> int:
+    settings, known_suites = load()
+    parallelism = settings.parallelism if args.parallelism is None else args.parallelism
+    if parallelism < 1:
+        raise HarnessError(f"--parallelism {parallelism} must be at least 1")
+    selected = cells(settings, known_suites, args.platforms, args.suites)
+    sys.stdout.write(yaml.safe_dump(pipeline(selected, settings, parallelism), sort_keys=False, width=1000))
+    return 0
+
+
+def _step(cell: Cell, settings: CiSettings, parallelism: int) -> dict:
+    nox = ["nox", "-s", cell.session] + (["--no-venv"] if settings.prebuilt_image else [])
+    summary = shlex.quote(f"{cell.run_dir}/summary.md")
+    context = shlex.quote(f"harness-{cell.key}") + ("-$${BUILDKITE_PARALLEL_JOB}" if parallelism > 1 else "")
+    commands = [] if settings.prebuilt_image else ["python3 -m pip install --quiet nox"]
+    commands += [
+        f"status=0; {shlex.join(nox)} || status=$$?",
+        f'if [ -f {summary} ]; then style=success; [ "$$status" -eq 0 ] || style=error; '
+        f'buildkite-agent annotate --context {context} --style "$$style" < {summary}; fi',
+        'exit "$$status"',
+    ]
+    step = {
+        "key": cell.key,
+        "label": f"{cell.platform} {cell.suite}",
+        "agents": {"queue": settings.queues[cell.platform]},
+        "commands": commands,
+        "timeout_in_minutes": settings.timeout_in_minutes,
+        "retry": {"automatic": [{**rule, "limit": settings.retry_limit} for rule in _INFRA_FAILURES]},
+        "artifact_paths": [f"{cell.run_dir}/**/*"],
+    }
+    if parallelism > 1:
+        step["parallelism"] = parallelism
+    return step

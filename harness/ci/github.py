@@ -1,0 +1,38 @@
+"""``harness ci matrix``: the platform × suite matrix for a GitHub Actions ``strategy.matrix``.
+
+``--format github`` prints one compact line, ``{"include": [...]}``, for ``echo "matrix=..." >>
+"$GITHUB_OUTPUT"`` and ``fromJSON``; ``--format json`` prints the same cells with their queue and run
+directory, indented, for people and other tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from harness.ci.matrix import cells, load
+
+
+def matrix(args: argparse.Namespace) -> list[dict]:
+    """One dict per cell; ``session`` is the nox session the job runs, ``artifact`` a name unique per cell."""
+    settings, known_suites = load()
+    return [
+        {
+            "platform": cell.platform,
+            "suite": cell.suite,
+            "session": cell.session,
+            "run_dir": cell.run_dir,
+            "artifact": f"harness-{cell.key}",
+            "queue": settings.queues[cell.platform],
+        }
+        for cell in cells(settings, known_suites, args.platforms, args.suites)
+    ]
+
+
+def main(args: argparse.Namespace) -> int:
+    rows = matrix(args)
+    if args.format == "github":
+        print(json.dumps({"include": rows}, separators=(",", ":")))
+    else:
+        print(json.dumps(rows, indent=2))
+    return 0

@@ -1,0 +1,95 @@
+"""Split a phase's test files across CI jobs (``--shard i/N``).
+
+A whole file is the unit: its module-scoped engine would start once per shard it landed in. Every job of a
+build computes the same split on its own, so the split depends only on the file paths (relative, POSIX) and
+the recorded durations, never on the input order, ``PYTHONHASHSEED`` or the checkout's location.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import os
+import re
+import statistics
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
+
+from harness.errors import HarnessError, ReportError
+
+_SPEC = re.compile(r"(\d+)/(\d+)")
+
+
+def parse_shard(spec: str | None, env: Mapping[str, str] = os.environ) -> tuple[int, int] | None:
+    """``"i/N"`` (0-based) → ``(i, N)``; with no spec, Buildkite's parallel-job variables fill it."""
+    source = "--shard"
+    if spec is None:
+        job, count = env.get("BUILDKITE_PARALLEL_JOB"), env.get("BUILDKITE_PARALLEL_JOB_COUNT")
+        if job is None and count is None:
+            return None
+        if job is None or count is None:
+            missing = "BUILDKITE_PARALLEL_JOB" if job is None else "BUILDKITE_PARALLEL_JOB_COUNT"
+            raise HarnessError(f"{missing} is not set but its partner is; cannot pick a shard")
+        spec, source = f"{job}/{count}", "BUILDKITE_PARALLEL_JOB/BUILDKITE_PARALLEL_JOB_COUNT"
+    match = _SPEC.fullmatch(spec.strip())
+    if not match:
+        raise HarnessError(f"{source} {spec!r} is not 'i/N' with whole numbers (0-based i, e.g. 0/4)")
+    index, count = int(match[1]), int(match[2])
+    if count < 1 or index >= count:
+        raise HarnessError(f"{source} {spec!r} is out of range: need 0 <= i < N and N >= 1")
+    return index, count
+
+
+def durations_from(path: str | os.PathLike[str]) -> dict[str, float]:
+    """File → seconds it took last time, from a ``report.json`` or the run directory holding one.
+
+    A file's seconds are its tests' setup, call and teardown, so the runner starts its fixtures made are in.
+    """
+    from harness.report import files, load  # the report's owner reads, checks and sums its format
+
+    report = load(Path(path))
+    try:
+        return {_key(file): float(entry["wall_s"]) for file, entry in files(report["tests"]).items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise ReportError(f"{path}: a test entry lacks a usable file or duration ({error!r})") from None
+
+
+def assign(files: Iterable[str], count: int, durations: Mapping[str, float] | None = None) -> list[list[str]]:
+    """Split ``files`` into ``count`` shards, each file in exactly one.
+
+    With durations: longest first onto the lightest shard (LPT; ties go to the lower shard, equal files in
+    path order); a file without history weighs the median of those with it. Without history for any of them: a
+    SHA-256 of the path, so a file keeps its shard as others come and go.
+    Each shard keeps the files in the order given, so pytest still runs them in collection order.
+    """
+    if count < 1:
+        raise HarnessError(f"shard count {count} must be at least 1")
+    ordered = list(dict.fromkeys(files))
+    keys = {file: _key(file) for file in ordered}
+    known = {key: float(durations[key]) for key in keys.values() if durations and key in durations}
+    if known:
+        median = statistics.median(known.values())
+        weight = {file: known.get(keys[file], median) for file in ordered}
+        loads = [(0.0, shard) for shard in range(count)]
+        owner: dict[str, int] = {}
+        for file in sorted(ordered, key=lambda f: (-weight[f], keys[f])):
+            load, shard = heapq.heappop(loads)
+            owner[file] = shard
+            heapq.heappush(loads, (load + weight[file], shard))
+    else:
+        owner = {file: int(hashlib.sha256(keys[file].encode()).hexdigest(), 16) % count for file in ordered}
+    shards: list[list[str]] = [[] for _ in range(count)]
+    for file in ordered:
+        shards[owner[file]].append(file)
+    return shards
+
+
+def _key(file: str) -> str:
+    """The path every job agrees on: relative to the working directory, POSIX, no ``./``."""
+    path = Path(file)
+    if path.is_absolute():
+        try:
+            path = path.relative_to(Path.cwd())
+        except ValueError:
+            pass
+    return PurePosixPath(path.as_posix()).as_posix()
