@@ -1,0 +1,185 @@
+"""``harness compare BEFORE AFTER``: what a change to the suites did to runner starts, wall time and outcomes.
+
+Per suite, per phase and per file, each figure as ``64 → 18 (−46)``; files and phases present on one
+side only are marked added or removed. ``--fail-on-regression starts`` / ``wall:10%`` turn it into a CI
+gate (exit 1 when AFTER is worse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+
+from harness.errors import HarnessError
+from harness.report import load
+
+METRICS = {
+    "vllm_starts": "vLLM starts",
+    "hf_starts": "HF starts",
+    "wall_s": "wall",
+    "passed": "passed",
+    "failed": "failed",
+}
+FAILED = ("failed", "error")
+MINUS = "\u2212"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One ``--fail-on-regression`` rule: ``starts`` (any more starts) or ``wall:P%`` (slower by > P %)."""
+
+    metric: str
+    percent: float = 0.0
+
+    @classmethod
+    def parse(cls, spec: str) -> Gate:
+        if spec.strip() == "starts":
+            return cls("starts")
+        match = re.fullmatch(r"\s*wall(?::\s*(\d+(?:\.\d+)?)\s*%)?\s*", spec)
+        if not match:
+            raise HarnessError(f"--fail-on-regression {spec!r}: expected 'starts', 'wall' or 'wall:N%'")
+        return cls("wall", float(match[1] or 0.0))
+
+    def regression(self, suite: dict) -> str | None:
+        """A one-line reason when AFTER is worse than BEFORE by this rule, else None."""
+        if self.metric == "starts":
+            before = suite["vllm_starts"][0] + suite["hf_starts"][0]
+            after = suite["vllm_starts"][1] + suite["hf_starts"][1]
+            return f"runner starts rose: {change(before, after)}" if after > before else None
+        before, after = suite["wall_s"]
+        if before is None or after is None:
+            raise HarnessError("--fail-on-regression wall: a report has no phase wall times")
+        if after > before * (1 + self.percent / 100):
+            return f"wall time rose more than {self.percent:g}%: {change(before, after, seconds=True)}"
+        return None
+
+
+def main(args: argparse.Namespace) -> int:
+    gates = [Gate.parse(spec) for spec in args.fail_on_regression]
+    before, after = load(args.before), load(args.after)
+    result = compare(before, after)
+    print(render(result, args.format), end="")
+    reasons = [reason for gate in gates if (reason := gate.regression(result["suite"]["metrics"]))]
+    for reason in reasons:
+        print(f"harness: regression: {reason}", file=sys.stderr)
+    return 1 if reasons else 0
+
+
+def compare(before: dict, after: dict) -> dict:
+    """Suite, phase and file figures of both reports as ``[before, after]`` pairs."""
+    suite_name = before.get("suite") if before.get("suite") == after.get("suite") else None
+    return {
+        "suite": {
+            "name": suite_name or f"{before.get('suite')} → {after.get('suite')}",
+            "status": "both",
+            "metrics": _pair(_suite(before), _suite(after)),
+        },
+        "phases": _rows(_phases(before), _phases(after)),
+        "files": _rows(_files(before), _files(after)),
+    }
+
+
+def render(result: dict, fmt: str) -> str:
+    """The comparison as aligned text, a Markdown table, or JSON."""
+    if fmt == "json":
+        return json.dumps(result, indent=1, ensure_ascii=False) + "\n"
+    header = ["", *METRICS.values()]
+    rows = []
+    for scope, items in (
+        ("suite", [result["suite"]]),
+        ("phase", result["phases"]),
+        ("file", result["files"]),
+    ):
+        for item in items:
+            name = f"{scope} {item['name']}" + ("" if item["status"] == "both" else f" ({item['status']})")
+            rows.append(
+                [name, *(change(*item["metrics"][m], seconds=m == "wall_s") for m in METRICS)],
+            )
+    if fmt == "md":
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
+        for row in [header, *rows]
+    )
+
+
+def change(before, after, seconds: bool = False) -> str:
+    """``64 → 18 (−46)``; a side that is missing shows as ``—``."""
+    show = _seconds if seconds else str
+    if before is None and after is None:
+        return "—"
+    if before is None or after is None:
+        return f"{'—' if before is None else show(before)} → {'—' if after is None else show(after)}"
+    delta = after - before
+    sign = "+" if delta > 0 else MINUS if delta < 0 else "±"
+    text = f"{show(before)} → {show(after)} ({sign}{show(abs(delta))}"
+    if seconds and before:
+        text += f", {sign}{abs(delta) / before:.0%}"
+    return text + ")"
+
+
+def _suite(report: dict) -> dict:
+    walls = [p.get("wall_s") for p in report["phases"]]
+    outcomes = [t.get("outcome") for t in report["tests"]]
+    return {
+        **_kinds(report["starts"].get("total", {})),
+        "wall_s": round(sum(walls), 3) if walls and None not in walls else None,
+        "passed": outcomes.count("passed"),
+        "failed": sum(outcomes.count(o) for o in FAILED),
+    }
+
+
+def _phases(report: dict) -> dict[str, dict]:
+    by_phase = report["starts"].get("by_phase", {})
+    return {
+        phase["name"]: {
+            **_kinds(by_phase.get(phase["name"], {})),
+            "wall_s": phase.get("wall_s"),
+            **_outcomes(phase.get("outcomes", {})),
+        }
+        for phase in report["phases"]
+    }
+
+
+def _files(report: dict) -> dict[str, dict]:
+    by_file, files = report["starts"].get("by_file", {}), report["files"]
+    return {
+        name: {
+            **_kinds(by_file.get(name, {})),
+            "wall_s": files.get(name, {}).get("wall_s"),
+            **_outcomes(files.get(name, {}).get("outcomes", {})),
+        }
+        for name in sorted(set(by_file) | set(files))
+    }
+
+
+def _kinds(tally: dict) -> dict:
+    kinds = tally.get("by_kind", {})
+    return {"vllm_starts": kinds.get("vllm", 0), "hf_starts": kinds.get("hf", 0)}
+
+
+def _outcomes(outcomes: dict) -> dict:
+    return {"passed": outcomes.get("passed", 0), "failed": sum(outcomes.get(o, 0) for o in FAILED)}
+
+
+def _pair(before: dict | None, after: dict | None) -> dict:
+    return {m: [(before or {}).get(m), (after or {}).get(m)] for m in METRICS}
+
+
+def _rows(before: dict[str, dict], after: dict[str, dict]) -> list[dict]:
+    names = list(before) + [n for n in after if n not in before]
+    status = {True: {True: "both", False: "removed"}, False: {True: "added", False: "both"}}
+    return [
+        {"name": n, "status": status[n in before][n in after], "metrics": _pair(before.get(n), after.get(n))}
+        for n in names
+    ]
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}s" if value < 100 else f"{value:.0f}s"

@@ -1,0 +1,76 @@
+"""One ``junit.xml`` for the run: pytest's own per-phase JUnit files merged, runner starts as properties.
+
+Each phase's ``<testsuite>`` is kept as pytest wrote it (renamed to the phase), so CI test views keep
+working; a runner start is attached to the test case that owned it, found through the same node id →
+classname/name mapping pytest's junitxml uses.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from pathlib import Path
+
+from _pytest.junitxml import mangle_test_address
+
+START_PROPERTY = "harness.runner-start"
+
+
+def merge(junit_dir: Path, records: Iterable[dict]) -> str:
+    """The merged JUnit XML text of every ``<phase>.xml`` in ``junit_dir``."""
+    by_case: dict[tuple[str, str, str], list[dict]] = {}
+    for record in records:
+        if record.get("test"):
+            by_case.setdefault((record["phase"], *case_key(record["test"])), []).append(record)
+
+    root = ET.Element("testsuites", name="harness")
+    for path in sorted(Path(junit_dir).glob("*.xml")) if Path(junit_dir).is_dir() else []:
+        phase = path.stem
+        for suite in _suites(path):
+            suite.set("name", phase)
+            for case in suite.iter("testcase"):
+                key = (phase, case.get("classname", ""), case.get("name", ""))
+                if key in by_case:
+                    _add_properties(case, by_case[key])
+            root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def case_key(nodeid: str) -> tuple[str, str]:
+    """(classname, name) of the ``<testcase>`` pytest's junitxml writes for ``nodeid``."""
+    names = mangle_test_address(nodeid)
+    return ".".join(names[:-1]), names[-1]
+
+
+def describe(record: dict) -> str:
+    """A runner start in one line, as a property value and a tooltip."""
+    startup = record.get("startup_s")
+    seconds = f"{startup:.2f}s" if startup is not None else "?"
+    owner = f"fixture {record['fixture']} ({record.get('scope')})" if record.get("fixture") else "test body"
+    return (
+        f"{record['kind']} {record['model']} [{record.get('fingerprint')}] {record['outcome']} "
+        f"startup {seconds} by {owner} on {record.get('worker')} id {record['id']}"
+    )
+
+
+def _suites(path: Path) -> list[ET.Element]:
+    """The ``<testsuite>`` elements of one file; an unreadable file (a killed phase) becomes an
+    empty suite that says why, so the merge never loses the phases that did finish."""
+    try:
+        top = ET.parse(path).getroot()
+    except ET.ParseError as error:
+        broken = ET.Element("testsuite", name=path.stem, tests="0", errors="1")
+        properties = ET.SubElement(broken, "properties")
+        ET.SubElement(properties, "property", name="harness.error", value=f"{path.name} unreadable: {error}")
+        return [broken]
+    return [top] if top.tag == "testsuite" else list(top.iter("testsuite"))
+
+
+def _add_properties(case: ET.Element, records: list[dict]) -> None:
+    properties = case.find("properties")
+    if properties is None:
+        properties = ET.Element("properties")
+        case.insert(0, properties)
+    for record in records:
+        ET.SubElement(properties, "property", name=START_PROPERTY, value=describe(record))

@@ -1,0 +1,200 @@
+"""``summary.md``: the short Markdown a CI user reads first, and where CI shows it.
+
+Kept under 1 MiB (Buildkite's annotation limit; GitHub's step summary limit): long tables are cut with
+a note pointing at ``report.json``, which always has everything.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+
+LIMIT = 1024 * 1024
+ROWS = 40  # rows per table before it is cut with a note
+SLOWEST = 10
+
+
+def render(report: dict, rows: int = ROWS, limit: int = LIMIT) -> str:
+    """The Markdown summary of a report."""
+    platform = report["platform"]
+    title = f"# harness: {report.get('suite') or 'run'} on {platform.get('name') or 'unknown platform'}"
+    if report.get("shard"):
+        title += f" (shard {report['shard']})"
+    lines = [title, ""]
+    if platform.get("reason"):
+        lines += [f"Platform: {platform['reason']}", ""]
+    for device in report["devices"]:
+        total = device.get("total_bytes")
+        size = f", {total / 2**30:.1f} GiB" if total else ""
+        lines.append(f"- device `{device['uuid']}`: {device.get('name') or 'unknown'}{size}")
+    lines.append("")
+
+    lines += ["## Phases", ""]
+    phase_rows = []
+    for phase in report["phases"]:
+        outcomes = phase.get("outcomes", {})
+        kinds = report["starts"]["by_phase"].get(phase["name"], {}).get("by_kind", {})
+        phase_rows.append(
+            [
+                phase["name"],
+                _cell(phase.get("exit_code")) + (" (timed out)" if phase.get("timed_out") else ""),
+                _seconds(phase.get("wall_s")),
+                *(str(outcomes.get(k, 0)) for k in ("passed", "failed", "skipped", "error")),
+                str(kinds.get("vllm", 0)),
+                str(kinds.get("hf", 0)),
+            ]
+        )
+    lines += _table(
+        ["phase", "exit", "wall", "passed", "failed", "skipped", "error", "vLLM starts", "HF starts"],
+        phase_rows,
+        rows,
+    )
+
+    starts = report["starts"]
+    total = starts["total"]
+    lines += [
+        "## Runner starts",
+        "",
+        f"{total['starts']} starts, {_seconds(total['startup_s'])} starting up.",
+        "",
+    ]
+    lines += _table(
+        ["kind", "starts", "failed", "startup"],
+        [
+            [k, str(v["starts"]), str(v["failed"]), _seconds(v["startup_s"])]
+            for k, v in starts["by_kind"].items()
+        ],
+        rows,
+    )
+    by_file = sorted(starts["by_file"].items(), key=lambda item: -item[1]["startup_s"])
+    lines += _table(
+        ["file", "vLLM starts", "HF starts", "startup", "tests wall"],
+        [
+            [
+                f"`{_escape(f)}`",
+                str(v["by_kind"].get("vllm", 0)),
+                str(v["by_kind"].get("hf", 0)),
+                _seconds(v["startup_s"]),
+                _seconds(report.get("files", {}).get(f, {}).get("wall_s")),
+            ]
+            for f, v in by_file
+        ],
+        rows,
+    )
+
+    slowest = sorted(report["records"], key=lambda r: -(r.get("startup_s") or 0.0))[:SLOWEST]
+    if slowest:
+        lines += ["### Slowest starts", ""]
+        lines += _table(
+            ["startup", "kind", "model", "owner", "worker", "outcome"],
+            [
+                [
+                    _seconds(r.get("startup_s")),
+                    r["kind"],
+                    f"`{_escape(r['model'])}`",
+                    f"`{_escape(r.get('fixture') or r.get('test') or '?')}`",
+                    str(r.get("worker")),
+                    r["outcome"],
+                ]
+                for r in slowest
+            ],
+            rows,
+        )
+
+    lines += ["## Findings", ""]
+    findings = report["findings"]
+    lines += [f"- **{f['type']}**: {_escape(f.get('message', ''))}" for f in findings[:rows]] or ["None."]
+    if len(findings) > rows:
+        lines.append(f"- … {len(findings) - rows} more in report.json")
+    lines.append("")
+
+    lines += ["## Reuse advisor", ""]
+    advice = report.get("advice", [])
+    for item in advice[:rows]:
+        scope = f"class `{item['class']}`" if item["scope"] == "class" else f"module `{item['file']}`"
+        tests = ", ".join(f"`{_escape(t)}`" for t in item["tests"])
+        lines.append(
+            f"- {item['kind']} `{_escape(item['model'])}` started {item['starts']}× on {item['worker']} "
+            f"(phase {item['phase']}) by {tests}: one {item['scope']}-scoped fixture for {scope} would save "
+            f"{_seconds(item['seconds_saved'])}"
+        )
+        if item.get("warning"):
+            lines.append(f"  - ⚠️ {_escape(item['warning'])}")
+    if len(advice) > rows:
+        lines.append(f"- … {len(advice) - rows} more in report.json")
+    if not advice:
+        lines.append("Every runner configuration started once per file and worker.")
+    return _cap("\n".join(lines) + "\n", limit)
+
+
+def publish(text: str, report: dict, env: Mapping[str, str]) -> None:
+    """Append to ``$GITHUB_STEP_SUMMARY`` and annotate the Buildkite build, when running there.
+
+    One annotation context per suite, platform and shard, so parallel jobs do not overwrite each other
+    and a re-run replaces its own. A failing agent is a warning: the report files are already written.
+    """
+    if env.get("GITHUB_STEP_SUMMARY"):
+        with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    agent = shutil.which("buildkite-agent", path=env.get("PATH"))
+    if env.get("BUILDKITE") and agent:
+        context = "-".join(
+            str(part)
+            for part in ("harness", report.get("suite"), report["platform"].get("name"), report.get("shard"))
+            if part
+        ).replace("/", "of")
+        done = subprocess.run(
+            [agent, "annotate", "--style", style(report), "--context", context],
+            input=text,
+            text=True,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode:
+            message = (done.stderr.strip().splitlines() or [""])[-1]
+            print(
+                f"harness: warning: buildkite-agent annotate exited {done.returncode}: {message}",
+                file=sys.stderr,
+            )
+
+
+def style(report: dict) -> str:
+    """Buildkite annotation style: a failed phase is an error, findings a warning."""
+    if any(phase.get("exit_code") not in (0, None) for phase in report["phases"]):
+        return "error"
+    return "warning" if report["findings"] else "success"
+
+
+def _table(header: list[str], body: list[list[str]], rows: int) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in body[:rows]]
+    if len(body) > rows:
+        lines.append(f"\n_{len(body) - rows} more rows in report.json_")
+    return [*lines, ""]
+
+
+def _cap(text: str, limit: int) -> str:
+    """Cut at a line boundary so the UTF-8 text stays under ``limit`` bytes."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    note = "\n\n_Summary cut to stay under the size limit; report.json has everything._\n"
+    head = data[: limit - len(note.encode())].decode("utf-8", "ignore")
+    return head[: head.rfind("\n")] + note
+
+
+def _escape(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def _cell(value) -> str:
+    return "—" if value is None else str(value)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.1f} s" if value < 600 else f"{value / 60:.1f} min"
