@@ -1,6 +1,7 @@
 """``harness ci buildkite``: a dynamic pipeline for ``buildkite-agent pipeline upload``.
 
-One command step per platform × suite. The pipeline is uploaded with Buildkite's interpolation on, so every
+One command step per platform × suite; `harness run` annotates the build itself, the step only when the
+session died before a summary. The pipeline is uploaded with Buildkite's interpolation on, so every
 ``$`` meant for the job's shell is written ``$$``; every value placed in a command is shell-quoted.
 """
 
@@ -16,6 +17,7 @@ from harness.ci.matrix import Cell, CiSettings, cells, load
 from harness.errors import HarnessError
 
 # Buildkite's own retry conditions for work lost to the machine, not to the tests.
+_NOX_VENV = ".harness-nox"
 _INFRA_FAILURES = ({"exit_status": -1}, {"exit_status": 255}, {"signal_reason": "agent_stop"})
 
 
@@ -35,21 +37,31 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _step(cell: Cell, settings: CiSettings, parallelism: int) -> dict:
-    nox = ["nox", "-s", cell.session] + (["--no-venv"] if settings.prebuilt_image else [])
+    # A prebuilt image has nox and the test dependencies; otherwise nox gets a venv of its own (agents'
+    # system Pythons are often externally managed) and builds the session's venv as usual.
+    if settings.prebuilt_image:
+        setup, nox = [], shlex.join(["nox", "-s", cell.session, "--no-venv"])
+    else:
+        setup = [f"python3 -m venv {_NOX_VENV} && {_NOX_VENV}/bin/pip install --quiet nox"]
+        nox = shlex.join([f"{_NOX_VENV}/bin/nox", "-s", cell.session])
     summary = shlex.quote(f"{cell.run_dir}/summary.md")
     context = shlex.quote(f"harness-{cell.key}") + ("-$${BUILDKITE_PARALLEL_JOB}" if parallelism > 1 else "")
-    commands = [] if settings.prebuilt_image else ["python3 -m pip install --quiet nox"]
-    commands += [
-        f"status=0; {shlex.join(nox)} || status=$$?",
-        f'if [ -f {summary} ]; then style=success; [ "$$status" -eq 0 ] || style=error; '
-        f'buildkite-agent annotate --context {context} --style "$$style" < {summary}; fi',
-        'exit "$$status"',
-    ]
+    # ``harness run`` annotates the build with its summary itself; a session that died before writing
+    # one still leaves a line saying so.
+    missing = (
+        f"printf '%s exited %s before the harness wrote %s\\n' {shlex.quote(nox)} \"$$status\" {summary}"
+        f" | buildkite-agent annotate --style error --context {context}"
+    )
     step = {
         "key": cell.key,
         "label": f"{cell.platform} {cell.suite}",
         "agents": {"queue": settings.queues[cell.platform]},
-        "commands": commands,
+        "commands": [
+            *setup,
+            f"status=0; {nox} || status=$$?",
+            f"if [ ! -f {summary} ]; then {missing}; fi",
+            'exit "$$status"',
+        ],
         "timeout_in_minutes": settings.timeout_in_minutes,
         "retry": {"automatic": [{**rule, "limit": settings.retry_limit} for rule in _INFRA_FAILURES]},
         "artifact_paths": [f"{cell.run_dir}/**/*"],
