@@ -1,1 +1,224 @@
-"""pytest plugin glue: attribution, ledger per worker, runner fixtures, terminal summary."""
+"""pytest plugin glue: attribution hooks, the ledger per worker, runner fixtures, terminal summary.
+
+Every worker (or the single process) writes ``<ledger dir>/<worker>.jsonl``; under xdist the controller
+writes nothing and reads the whole directory for the summary, so a worker that was killed still counts.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from harness import admission, attribution, instrument, ledger
+
+_DIR = pytest.StashKey[Path]()
+_STARTED = pytest.StashKey[float]()
+_REPORTS = pytest.StashKey[dict]()
+_FIXTURE_BEFORE = pytest.StashKey[tuple]()
+GIB = 2**30
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness")
+    group.addoption(
+        "--harness-ledger-dir",
+        default=None,
+        help="directory for the runner ledger, one <worker>.jsonl per worker "
+        "(default: $HARNESS_LEDGER_DIR, else a new temporary directory)",
+    )
+    group.addoption("--no-harness", action="store_true", help="do not record runners or check admission")
+
+
+def _enabled(config: pytest.Config) -> bool:
+    return not config.getoption("no_harness") and _DIR in config.stash
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("no_harness"):
+        return
+    workerinput = getattr(config, "workerinput", {})
+    directory = (
+        workerinput.get("harness_ledger_dir")
+        or config.getoption("harness_ledger_dir")
+        or os.environ.get("HARNESS_LEDGER_DIR")
+        or tempfile.mkdtemp(prefix="harness-ledger-")
+    )
+    config.stash[_DIR] = Path(directory).resolve()
+    config.stash[_STARTED] = time.time()
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_Controller(config.stash[_DIR]), "harness-xdist")
+    if _is_controller(config):
+        return
+    writer = ledger.LedgerWriter(config.stash[_DIR])
+    instrument.activate(writer)
+    instrument.install()
+    from harness.workers import worker_event
+
+    writer.write("worker", **worker_event(config))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    instrument.deactivate()
+
+
+class _Controller:
+    """Hands the controller's ledger directory to every xdist worker."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput["harness_ledger_dir"] = str(self.directory)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    if not _enabled(item.config):
+        return (yield)
+    attribution.enter_test(item.nodeid, item.location[0])
+    item.stash[_REPORTS] = {}
+    try:
+        return (yield)
+    finally:
+        reports = item.stash[_REPORTS]
+        writer = instrument.writer()
+        if writer is not None:
+            writer.write(
+                "test",
+                nodeid=item.nodeid,
+                file=item.location[0],
+                outcome=_outcome(reports),
+                setup_s=_seconds(reports, "setup"),
+                call_s=_seconds(reports, "call"),
+                teardown_s=_seconds(reports, "teardown"),
+                worker=ledger.worker_name(),
+                device=_device(),
+                phase=os.environ.get("HARNESS_PHASE"),
+            )
+        attribution.leave_test()
+
+
+def _seconds(reports: dict, when: str) -> float | None:
+    report = reports.get(when)
+    return None if report is None else round(report.duration, 3)
+
+
+def _outcome(reports: dict) -> str:
+    setup, call, teardown = (reports.get(w) for w in ("setup", "call", "teardown"))
+    if setup is not None and setup.failed:
+        return "error"
+    if any(r is not None and r.skipped for r in (setup, call)):
+        return "skipped"
+    if call is not None and call.failed:
+        return "failed"
+    if teardown is not None and teardown.failed:
+        return "error"
+    return "passed"
+
+
+def _device() -> str | None:
+    devices = instrument.platform().devices()
+    return devices[0].uuid if devices else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    report = yield
+    if _REPORTS in item.stash:
+        item.stash[_REPORTS][report.when] = report
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Attribute runners built during a fixture's setup to it, and hold fixtures that grew memory."""
+    if not _enabled(request.config) or instrument.writer() is None:
+        return (yield)
+    attribution.enter_fixture(fixturedef.argname, fixturedef.scope)
+    owner = attribution.current()
+    holders_before = len(admission.holders())
+    before = {i: r.used_bytes for i, r in instrument.platform().memory().items()}
+    try:
+        return (yield)
+    finally:
+        attribution.leave_fixture()
+        grown = {
+            i: r.used_bytes - before.get(i, r.used_bytes) for i, r in instrument.platform().memory().items()
+        }
+        tolerance = instrument.settings().release_tolerance_gib * GIB
+        # a fixture that started a runner (or wraps one that grew) is already held by that holder
+        if len(admission.holders()) == holders_before and any(g > tolerance for g in grown.values()):
+            admission.hold(
+                admission.Holder(
+                    key=("fixture", id(fixturedef)),
+                    label=f"fixture `{fixturedef.argname}`",
+                    owner=owner,
+                    devices=tuple(i for i, g in grown.items() if g > tolerance),
+                    held_bytes={i: g for i, g in grown.items() if g > tolerance},
+                )
+            )
+
+
+def pytest_fixture_post_finalizer(fixturedef, request) -> None:
+    admission.release(("fixture", id(fixturedef)))
+
+
+@pytest.fixture
+def vllm_runner():
+    """The ``VllmRunner`` class, as vLLM's own conftest hands it out."""
+    from harness.runners import VllmRunner
+
+    return VllmRunner
+
+
+@pytest.fixture
+def hf_runner():
+    """The ``HfRunner`` class, as vLLM's own conftest hands it out."""
+    from harness.runners import HfRunner
+
+    return HfRunner
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    if not _enabled(config) or hasattr(config, "workerinput"):
+        return
+    since = config.stash[_STARTED]
+    merged = ledger.read(config.stash[_DIR])
+    records = [r for r in merged.records if r["start"] >= since]
+    findings = [f for f in merged.findings if f["t"] >= since]
+    started = [r for r in records if r["outcome"] in ("started", "never-stopped")]
+    write = terminalreporter.write_line
+    terminalreporter.write_sep("=", "harness: runner starts")
+    blocked = sum(r["outcome"] == "blocked" for r in records)
+    failed = sum(r["outcome"] == "failed" for r in records)
+    write(
+        f"{len(started)} runner starts ({_by_kind(started)}), {blocked} blocked, {failed} failed; "
+        f"ledger: {config.stash[_DIR]}"
+    )
+    per_file: dict[str, list[dict]] = defaultdict(list)
+    for record in started:
+        per_file[record.get("file") or "<outside tests>"].append(record)
+    for file, in_file in sorted(per_file.items()):
+        write(f"  {file}: {len(in_file)} ({_by_kind(in_file)})")
+        repeated = Counter((r["kind"], r["model"], r["fingerprint"]) for r in in_file)
+        for (kind, model, fingerprint), count in sorted(repeated.items()):
+            if count > 1:
+                write(f"    started {count}x in this file: {kind} {model} [{fingerprint}]")
+    if findings:
+        terminalreporter.write_sep("-", f"harness: {len(findings)} findings")
+        for finding in findings:
+            write(f"  {finding['type']}: {finding['message']}")
+
+
+def _by_kind(records: list[dict]) -> str:
+    counts = Counter(r["kind"] for r in records)
+    return ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items())) or "none"

@@ -1,0 +1,400 @@
+"""Every runner start lands in the ledger: the recording API, and the hooks that apply it to foreign runners.
+
+``starting(...)`` is the one path a start takes, whoever builds the runner: it runs the admission check,
+writes ``runner-start`` / ``runner-started`` / ``runner-failed``, keeps the runner as a live holder and
+records its stop (explicit, or when the object is collected). ``install()`` wraps ``vllm.LLM``,
+transformers' ``PreTrainedModel.from_pretrained`` and ``SentenceTransformer`` when the suite imports them
+(a meta-path hook), so suites with their own conftest are counted without paying for those imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.abc
+import inspect
+import json
+import re
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from harness import admission, attribution
+from harness.errors import HarnessError, RunnerBlocked
+from harness.ledger import LedgerWriter
+
+GIB = 2**30
+VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature cannot be read
+
+_writer: LedgerWriter | None = None
+_starting = threading.local()  # a load inside a load (SentenceTransformer -> from_pretrained) counts once
+
+
+def activate(writer: LedgerWriter) -> None:
+    """Record from now on into ``writer`` (the plugin calls this once per process)."""
+    global _writer
+    _writer = writer
+
+
+def deactivate() -> None:
+    global _writer
+    _writer = None
+
+
+def writer() -> LedgerWriter | None:
+    """The ledger this process records into, or None when the harness is off."""
+    return _writer
+
+
+@functools.cache
+def platform():
+    """The platform of this process, detected once (A's ``harness.platform.detect``)."""
+    from harness.platform import detect
+
+    return detect().platform
+
+
+@functools.cache
+def settings():
+    from harness.config import load_settings
+
+    return load_settings(platform().name)
+
+
+def _device_keys(devices: tuple[int, ...]) -> dict[int, str]:
+    known = {d.index: d.uuid for d in platform().devices()}
+    return {i: known.get(i, str(i)) for i in devices}
+
+
+def _used(keys: dict[int, str]) -> dict[str, int]:
+    readings = platform().memory()
+    return {uuid: readings[i].used_bytes for i, uuid in keys.items() if i in readings}
+
+
+def _json_safe(value: Any) -> Any:
+    """Config values as JSON; objects become their text without memory addresses (stable fingerprints)."""
+    return json.loads(json.dumps(value, default=lambda o: re.sub(r" at 0x[0-9a-f]+", "", str(o))))
+
+
+def normalise(function, args: tuple, kwargs: dict) -> dict:
+    """The call's arguments by parameter name, **kwargs flattened, values equal to defaults dropped."""
+    signature = inspect.signature(function)
+    bound = signature.bind(*args, **kwargs)
+    config = {}
+    for name, value in bound.arguments.items():
+        parameter = signature.parameters[name]
+        if parameter.kind is parameter.VAR_KEYWORD:
+            config.update(value)
+        elif parameter.kind is parameter.VAR_POSITIONAL:
+            if value:
+                config[name] = list(value)
+        elif value is not parameter.default and not (
+            parameter.default is not parameter.empty and _equal(value, parameter.default)
+        ):
+            config[name] = value
+    return _json_safe(config)
+
+
+def _equal(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # tensors and arrays compare element-wise
+        return False
+
+
+def fingerprint(kind: str, config: dict) -> str:
+    return hashlib.sha256(json.dumps([kind, config], sort_keys=True).encode()).hexdigest()[:12]
+
+
+class Run:
+    """One tracked runner from its start to its stop."""
+
+    def __init__(self, writer: LedgerWriter, kind: str, model: str, devices: tuple[int, ...], need):
+        self.writer, self.kind, self.model, self.devices, self.need = writer, kind, model, devices, need
+        self.id = writer.new_id()
+        self.owner = attribution.current()
+        self.keys = _device_keys(devices)
+        self.mem_before = _used(self.keys)
+        self.stopped = False
+
+    def label(self) -> str:
+        return f"{self.kind} runner `{self.model}`"
+
+    def started(self, startup_s: float) -> None:
+        after = _used(self.keys)
+        self.writer.write("runner-started", id=self.id, startup_s=round(startup_s, 3), mem_after_start=after)
+        measured = {i: after.get(u, 0) - self.mem_before.get(u, 0) for i, u in self.keys.items()}
+        declared = {i: self.need.bytes for i in self.devices} if self.need.bytes is not None else measured
+        admission.hold(
+            admission.Holder(
+                key=self.id,
+                label=self.label(),
+                owner=self.owner,
+                devices=self.devices,
+                held_bytes={i: max(0, b) for i, b in declared.items()},
+                fraction=self.need.fraction,
+            )
+        )
+
+    def stop(self) -> None:
+        """Record the stop once (explicit close, shutdown, or collection of the runner object)."""
+        if self.stopped or _writer is not self.writer:
+            return
+        self.stopped = True
+        began = time.monotonic()
+        admission.release(self.id)
+        after = _used(self.keys)
+        self.writer.write(
+            "runner-stopped", id=self.id, teardown_s=round(time.monotonic() - began, 3), mem_after_stop=after
+        )
+        tolerance = settings().release_tolerance_gib * GIB
+        for uuid, used in after.items():
+            kept = used - self.mem_before.get(uuid, used)
+            if kept > tolerance:
+                self.writer.write(
+                    "finding",
+                    type="memory-not-released",
+                    runner=self.id,
+                    test=self.owner.test,
+                    message=f"{self.label()} from {self.owner.test} left {kept / GIB:.2f} GiB on {uuid} "
+                    f"after its stop (tolerance {settings().release_tolerance_gib:g} GiB)",
+                )
+
+    def watch(self, obj: Any) -> None:
+        """Record the stop when ``obj`` is collected; a runner alive at exit stays ``never-stopped``."""
+        weakref.finalize(obj, self.stop).atexit = False
+
+
+def _wait(need: admission.Need) -> None:
+    from harness.memory import wait_for_memory
+
+    readings = platform().memory()
+    wait_for_memory(
+        platform(),
+        need.devices,
+        per_device={i: readings[i].total_bytes - need.bytes for i in need.devices},
+        timeout_s=settings().memory_wait_timeout_s,
+    )
+
+
+@contextlib.contextmanager
+def starting(
+    kind: str,
+    model: str,
+    config: dict,
+    *,
+    fraction: float | None = None,
+    devices: tuple[int, ...] = (0,),
+) -> Iterator[Run | None]:
+    """Admit, record and time one runner start; yields the ``Run`` (None when not recording or nested).
+
+    ``fraction`` is the share of each device the runner declares (vLLM's ``gpu_memory_utilization``;
+    on the CPU platform the device is NUMA node 0, the figure vLLM's CPU backend checks).
+    """
+    __tracebackhide__ = True
+    writer = _writer
+    if writer is None or getattr(_starting, "active", False):
+        yield None
+        return
+    _starting.active = True
+    try:
+        totals = {d.index: d.total_bytes for d in platform().devices()}
+        need_bytes = None if fraction is None else int(fraction * min(totals[i] for i in devices))
+        need = admission.Need(devices=devices, bytes=need_bytes, fraction=fraction)
+        run = Run(writer, kind, model, devices, need)
+        owner = run.owner
+        writer.write(
+            "runner-start",
+            id=run.id,
+            kind=kind,
+            model=model,
+            fingerprint=fingerprint(kind, config),
+            config=config,
+            test=owner.test,
+            file=owner.file,
+            fixture=owner.fixture,
+            scope=owner.scope,
+            worker=owner.worker,
+            phase=owner.phase,
+            devices=list(run.keys.values()),
+            need_bytes=need_bytes,
+            mem_before=run.mem_before,
+        )
+        began = time.monotonic()
+        try:
+            admission.admit(
+                run.label(),
+                need,
+                memory=platform().memory,
+                grace_s=settings().block_grace_s,
+                wait=_wait,
+            )
+            yield run
+        except BaseException as error:
+            blocked = isinstance(error, RunnerBlocked)
+            names = [h.describe() for h in admission.holders(devices)] if blocked else []
+            message = str(error).splitlines()[0] if str(error) else type(error).__name__
+            writer.write(
+                "runner-failed",
+                id=run.id,
+                startup_s=round(time.monotonic() - began, 3),
+                error=f"{type(error).__name__}: {message}",
+                blocked=blocked,
+                holders=names,
+            )
+            if blocked:
+                writer.write(
+                    "finding", type="live-runner-overlap", runner=run.id, test=owner.test, message=message
+                )
+            raise
+        run.started(time.monotonic() - began)
+    finally:
+        _starting.active = False
+
+
+# --- foreign runners -------------------------------------------------------------------------------------
+
+
+def _patch_vllm(module) -> None:
+    cls = module.LLM
+    original = cls.__init__
+    if getattr(original, "__harness__", False):
+        return
+    parameters = inspect.signature(original).parameters
+    default = parameters.get("gpu_memory_utilization")
+    default = VLLM_DEFAULT_UTILIZATION if default is None else default.default
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        __tracebackhide__ = True
+        config = normalise(original, (self, *args), kwargs)
+        config.pop("self", None)
+        fraction = float(config.get("gpu_memory_utilization", default))
+        devices = tuple(range(int(config.get("tensor_parallel_size", 1))))
+        with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
+            original(self, *args, **kwargs)
+        if run is not None:
+            _watch_engine(self, run)
+
+    __init__.__harness__ = True
+    cls.__init__ = __init__
+
+
+def _watch_engine(llm, run: Run) -> None:
+    """vLLM 0.32's LLM has no shutdown: callers stop ``llm.llm_engine.engine_core`` or drop the LLM.
+
+    Both end in the engine-core client's ``shutdown``; wrapping it on the instance records explicit
+    stops, and a finalizer on the LLM shuts the client down (idempotent in vLLM) and records the stop.
+    """
+    client = llm.llm_engine.engine_core
+    original = client.shutdown
+
+    def shutdown(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        finally:
+            run.stop()
+
+    client.shutdown = shutdown
+    weakref.finalize(llm, shutdown).atexit = False
+
+
+def _patch_transformers(module) -> None:
+    cls = module.PreTrainedModel
+    original = cls.from_pretrained.__func__
+    if getattr(original, "__harness__", False):
+        return
+
+    @functools.wraps(original)
+    def from_pretrained(klass, *args, **kwargs):
+        config = normalise(original, (klass, *args), kwargs)
+        config.pop("cls", None)
+        config["class"] = klass.__name__
+        model_name = str(config.get("pretrained_model_name_or_path"))
+        with starting("hf", model_name, config) as run:
+            model = original(klass, *args, **kwargs)
+        if run is not None:
+            run.watch(model)
+        return model
+
+    from_pretrained.__harness__ = True
+    cls.from_pretrained = classmethod(from_pretrained)
+
+
+def _patch_sentence_transformers(module) -> None:
+    cls = module.SentenceTransformer
+    original = cls.__init__
+    if getattr(original, "__harness__", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        config = normalise(original, (self, *args), kwargs)
+        config.pop("self", None)
+        config["class"] = type(self).__name__
+        with starting("hf", str(config.get("model_name_or_path")), config) as run:
+            original(self, *args, **kwargs)
+        if run is not None:
+            run.watch(self)
+
+    __init__.__harness__ = True
+    cls.__init__ = __init__
+
+
+PATCHES = {
+    "vllm.entrypoints.llm": _patch_vllm,
+    "transformers.modeling_utils": _patch_transformers,
+    "sentence_transformers": _patch_sentence_transformers,
+}
+
+
+class _PostImport(importlib.abc.MetaPathFinder):
+    """Patches a target module right after the suite's own import executes it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in PATCHES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        execute = loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            _apply(name, module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _apply(name: str, module) -> None:
+    try:
+        PATCHES[name](module)
+    except (AttributeError, TypeError, ValueError) as error:
+        raise HarnessError(
+            f"cannot instrument {name} ({type(error).__name__}: {error}); use --no-harness"
+        ) from None
+
+
+_hook = _PostImport()
+
+
+def install() -> None:
+    """Instrument foreign runners: now for modules already imported, at first import for the rest."""
+    if _hook not in sys.meta_path:
+        sys.meta_path.insert(0, _hook)
+    for name in PATCHES:
+        if name in sys.modules:
+            _apply(name, sys.modules[name])
