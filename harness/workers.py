@@ -1,1 +1,257 @@
-"""pytest plugin glue: one xdist worker per GPU, the gpus(n) marker, per-platform timeouts."""
+"""pytest plugin glue: one xdist worker per GPU, the ``gpus(n)`` marker, per-platform test timeouts.
+
+A worker's device mask must be in its environment before anything in it can initialise CUDA or HIP, and a
+conftest may import torch (or vLLM) before any pytest hook of ours runs in the worker. So the controller
+writes the mask into each worker's execnet spec (``env:NAME=value``): execnet sets it in the new process
+before pytest starts there, and xdist restarts a crashed worker from the same spec, so the replacement gets
+the crashed worker's device. ``workerinput`` carries the same pin, so the worker can check it and record
+the device's UUID.
+
+An outer mask is respected: each worker gets the outer mask's own entry (``CUDA_VISIBLE_DEVICES=3,5`` →
+``3`` and ``5``; UUIDs stay UUIDs). On ROCm, ``HIP_VISIBLE_DEVICES`` indexes into what
+``ROCR_VISIBLE_DEVICES`` leaves, so an outer ROCR mask stays as it is and still agrees, and
+``CUDA_VISIBLE_DEVICES`` gets the same value because vLLM raises when it differs from HIP's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from harness.errors import HarnessError
+
+PIN = "harness_pin"  # workerinput key: {"variables", "mask", "uuid"}
+PLATFORM = "harness_platform"  # workerinput key: the controller's platform name
+_DETECTION = pytest.StashKey()
+_SETTINGS = pytest.StashKey()
+_NARROWED = pytest.StashKey[dict]()
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One worker's share: the mask entry that selects its device, and that device's UUID."""
+
+    mask: str
+    uuid: str
+
+
+def _detection(config: pytest.Config):
+    """The platform, detected once per process (the controller's choice is passed on to workers)."""
+    if _DETECTION not in config.stash:
+        from harness.platform import detect
+
+        env = dict(os.environ)
+        workerinput = getattr(config, "workerinput", {})
+        if PLATFORM in workerinput:
+            env["HARNESS_PLATFORM"] = workerinput[PLATFORM]
+        try:
+            config.stash[_DETECTION] = detect(env)
+        except HarnessError as error:
+            raise pytest.UsageError(str(error)) from None
+    return config.stash[_DETECTION]
+
+
+def _settings(config: pytest.Config):
+    if _SETTINGS not in config.stash:
+        from harness.config import find_pyproject, load_settings
+
+        try:
+            config.stash[_SETTINGS] = load_settings(
+                _detection(config).platform.name, find_pyproject(config.rootpath)
+            )
+        except HarnessError as error:
+            raise pytest.UsageError(str(error)) from None
+    return config.stash[_SETTINGS]
+
+
+def outer_mask(platform_name: str, env=os.environ) -> tuple[str, str | None]:
+    """(variable, value) of the mask the runtime indexes visible devices by; HIP falls back to CUDA's."""
+    if platform_name == "rocm" and "HIP_VISIBLE_DEVICES" not in env:
+        return "CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES")
+    variable = "HIP_VISIBLE_DEVICES" if platform_name == "rocm" else "CUDA_VISIBLE_DEVICES"
+    return variable, env.get(variable)
+
+
+def slots(platform, env=os.environ) -> list[Slot]:
+    """One slot per visible device, in visible order; the outer mask's own entries when there is one."""
+    devices = platform.devices()
+    _, value = outer_mask(platform.name, env)
+    entries = [entry.strip() for entry in value.split(",")] if value else [str(d.index) for d in devices]
+    return [Slot(entry, device.uuid) for entry, device in zip(entries, devices, strict=False)]
+
+
+def mask_variables(platform_name: str, mask: str) -> dict[str, str]:
+    """What a worker pinned to ``mask`` sets: HIP and CUDA agree on ROCm (vLLM checks that they do)."""
+    if platform_name == "rocm":
+        return {"HIP_VISIBLE_DEVICES": mask, "CUDA_VISIBLE_DEVICES": mask}
+    return {"CUDA_VISIBLE_DEVICES": mask}
+
+
+def _worker_slots(config: pytest.Config) -> list[Slot]:
+    """The slots workers are dealt from, each device repeated ``workers_per_gpu`` times (device-major)."""
+    platform = _detection(config).platform
+    if platform.mask_variable is None:
+        return []
+    return [slot for slot in slots(platform) for _ in range(_settings(config).workers_per_gpu)]
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: one worker per visible GPU (× ``workers_per_gpu``); ``cpu_workers`` on the CPU."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # the user's explicit count; xdist's own hook reads it
+    if _detection(config).platform.mask_variable is None:
+        return _settings(config).cpu_workers
+    return len(_worker_slots(config))
+
+
+def _worker_count(config: pytest.Config) -> int:
+    """How many workers xdist will start (0 without distribution); ``-n auto`` is resolved by now."""
+    if getattr(config.option, "dist", "no") == "no" or not getattr(config.option, "tx", None):
+        return 0
+    from xdist.workermanage import parse_tx_spec_config
+
+    return len(parse_tx_spec_config(config))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Pin this worker's device (earliest hook), check the worker count, default the test timeout."""
+    config.addinivalue_line("markers", "gpus(n): the test needs n GPUs; it runs in the multi-GPU phase")
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and PIN in workerinput:
+        _pin(workerinput[PIN], workerinput["workerid"])
+    elif workerinput is None:
+        count = _worker_count(config)
+        if count and _detection(config).platform.mask_variable is not None:
+            available = len(_worker_slots(config))
+            if count > available:
+                per_gpu = _settings(config).workers_per_gpu
+                raise pytest.UsageError(
+                    f"-n {count} asks for more workers than the {available // per_gpu} visible GPU(s) "
+                    f"× workers_per_gpu={per_gpu} allow; set workers_per_gpu in [tool.harness] to share GPUs"
+                )
+    _default_timeout(config)
+
+
+def _pin(pin: dict, worker: str) -> None:
+    """Make sure the worker's mask is set; it normally is already (the execnet spec put it there)."""
+    changed = {name: value for name, value in pin["variables"].items() if os.environ.get(name) != value}
+    if not changed:
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        shown = ", ".join(f"{name}={value}" for name, value in changed.items())
+        raise pytest.UsageError(
+            f"worker {worker}: torch initialised CUDA before the harness could set {shown}; "
+            "do not touch CUDA at import time in conftest.py or plugins"
+        )
+    os.environ.update(changed)
+
+
+def _default_timeout(config: pytest.Config) -> None:
+    """The platform's per-test timeout when the user set none (``--timeout``, ini, ``PYTEST_TIMEOUT``)."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    if (
+        config.getoption("timeout") is not None
+        or os.environ.get("PYTEST_TIMEOUT")
+        or config.getini("timeout")
+    ):
+        return
+    config.option.timeout = _settings(config).test_timeout_s
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config: pytest.Config, specs: list) -> None:
+    """Deal one slot to each worker through its execnet spec's ``env``, set before pytest starts there."""
+    name = _detection(config).platform.name
+    for spec, slot in zip(specs, _worker_slots(config), strict=False):
+        spec.env.update(mask_variables(name, slot.mask))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Tell the worker its pin; a replacement for a crashed worker inherits the crashed one's spec."""
+    config = node.config
+    platform = _detection(config).platform
+    node.workerinput[PLATFORM] = platform.name
+    if platform.mask_variable is None:
+        return
+    mask = node.gateway.spec.env.get(platform.mask_variable)
+    slot = next(s for s in _worker_slots(config) if s.mask == mask)
+    node.workerinput[PIN] = {
+        "variables": mask_variables(platform.name, slot.mask),
+        "mask": slot.mask,
+        "uuid": slot.uuid,
+    }
+
+
+def worker_event(config: pytest.Config) -> dict:
+    """Fields of the ledger's ``worker`` event: the physical device(s) this process uses, and its mask."""
+    from harness.ledger import worker_name
+
+    pin = getattr(config, "workerinput", {}).get(PIN)
+    if pin is not None:
+        return {"worker": worker_name(), "devices": [pin["uuid"]], "mask": pin["mask"], "pid": os.getpid()}
+    platform = _detection(config).platform
+    if platform.mask_variable is None:
+        return {"worker": worker_name(), "devices": ["cpu"], "mask": None, "pid": os.getpid()}
+    return {
+        "worker": worker_name(),
+        "devices": [d.uuid for d in platform.devices()],
+        "mask": outer_mask(platform.name)[1],
+        "pid": os.getpid(),
+    }
+
+
+def _visible_gpus(config: pytest.Config) -> int:
+    platform = _detection(config).platform
+    return 0 if platform.mask_variable is None else len(platform.devices())
+
+
+def _needed(item: pytest.Item) -> int | None:
+    marker = item.get_closest_marker("gpus")
+    if marker is None:
+        return None
+    count = marker.args[0] if len(marker.args) == 1 and not marker.kwargs else None
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise pytest.UsageError(f"{item.nodeid}: the gpus marker takes one positive integer, as in gpus(2)")
+    return count
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``gpus(n)`` tests this process cannot serve, saying how many GPUs they need and see."""
+    needing = [(item, count) for item in items if (count := _needed(item)) is not None]
+    if not needing:
+        return
+    visible = _visible_gpus(config)
+    serial = not hasattr(config, "workerinput")
+    for item, count in needing:
+        if count > visible:
+            item.add_marker(pytest.mark.skip(reason=f"needs {count} GPUs, {visible} visible"))
+        elif serial and count < visible:
+            platform = _detection(config).platform
+            mask = ",".join(slot.mask for slot in slots(platform)[:count])
+            item.stash[_NARROWED] = mask_variables(platform.name, mask)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """A ``gpus(n)`` test run serially sees its first n devices only (engines it spawns inherit that)."""
+    narrowed = item.stash.get(_NARROWED, None)
+    if narrowed is None:
+        return (yield)
+    saved = {name: os.environ.get(name) for name in narrowed}
+    os.environ.update(narrowed)
+    try:
+        return (yield)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -1,0 +1,244 @@
+"""One xdist worker per GPU, the gpus(n) marker and the platform timeouts, on fake NVML / amdsmi machines.
+
+Every test runs a real pytest session (with real xdist workers) in a subprocess. A conftest in the
+session records, at its import time, the masks each worker's environment holds: that is before any hook
+of ours runs in the worker, the point where a suite's conftest might import torch.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.fakes import gpu
+
+pytest_plugins = ["pytester"]
+
+RECORDER = """
+import json, os, pathlib
+
+worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+names = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+masks = {name: os.environ.get(name) for name in names}
+pathlib.Path("seen").mkdir(exist_ok=True)
+pathlib.Path("seen", worker + ".json").write_text(json.dumps(masks))
+
+
+def pytest_sessionstart(session):
+    from harness.workers import worker_event
+
+    pathlib.Path("events").mkdir(exist_ok=True)
+    pathlib.Path("events", worker + ".json").write_text(json.dumps(worker_event(session.config)))
+"""
+
+
+def uuid(number: int) -> str:
+    return gpu(number)["uuid"]
+
+
+@pytest.fixture
+def cuda4(fake_gpus):
+    fake_gpus([gpu(i) for i in range(4)], vendor="nvidia")
+
+
+@pytest.fixture
+def rocm2(fake_gpus):
+    fake_gpus([gpu(i, name="AMD Instinct MI300X") for i in range(2)], vendor="amd")
+
+
+@pytest.fixture
+def session(pytester):
+    """``session(*args, tests=...)``: a pytest run of the recorder conftest and the given test file."""
+    pytester.makeconftest(RECORDER)
+
+    def run(*args: str, tests: str = "def test_one():\n    pass\n"):
+        pytester.makepyfile(test_file=tests)
+        return pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
+
+    return run
+
+
+def seen(pytester) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in (pytester.path / "seen").glob("gw*.json")}
+
+
+def events(pytester) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in (pytester.path / "events").glob("*.json")}
+
+
+def test_auto_starts_one_worker_per_gpu_each_pinned_to_its_own(cuda4, session, pytester):
+    result = session("-n", "auto")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*4 workers*"])
+    masks = seen(pytester)
+    assert sorted(m["CUDA_VISIBLE_DEVICES"] for m in masks.values()) == ["0", "1", "2", "3"]
+    recorded = events(pytester)
+    for worker, mask in masks.items():
+        index = int(mask["CUDA_VISIBLE_DEVICES"])
+        assert recorded[worker]["devices"] == [uuid(index)]
+        assert recorded[worker]["mask"] == str(index)
+    assert recorded["main"]["devices"] == [uuid(i) for i in range(4)]
+
+
+def test_outer_mask_entries_are_dealt_as_they_are(cuda4, session, pytester, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    result = session("-n", "2")
+    assert result.ret == 0, result.stdout.str()
+    masks = seen(pytester)
+    assert sorted(m["CUDA_VISIBLE_DEVICES"] for m in masks.values()) == ["1", "3"]
+    recorded = events(pytester)
+    assert {w: e["devices"] for w, e in recorded.items() if w != "main"} == {
+        w: [uuid(int(m["CUDA_VISIBLE_DEVICES"]))] for w, m in masks.items()
+    }
+
+
+def test_uuid_mask_entries_stay_uuids(cuda4, session, pytester, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{uuid(2)},{uuid(0)}")
+    result = session("-n", "auto")
+    assert result.ret == 0, result.stdout.str()
+    masks = seen(pytester)
+    assert sorted(m["CUDA_VISIBLE_DEVICES"] for m in masks.values()) == sorted([uuid(2), uuid(0)])
+    recorded = events(pytester)
+    for worker, mask in masks.items():
+        assert recorded[worker]["devices"] == [mask["CUDA_VISIBLE_DEVICES"]]
+
+
+def test_more_workers_than_gpus_is_one_line(cuda4, session):
+    result = session("-n", "5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: -n 5 asks for more workers than the 4 visible GPU(s) *workers_per_gpu*"]
+    )
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_workers_per_gpu_shares_devices_device_major(cuda4, session, pytester, monkeypatch):
+    monkeypatch.setenv("HARNESS_WORKERS_PER_GPU", "2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    result = session("-n", "auto")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*4 workers*"])
+    assert sorted(m["CUDA_VISIBLE_DEVICES"] for m in seen(pytester).values()) == ["2", "2", "3", "3"]
+
+
+def test_replacement_of_a_crashed_worker_gets_its_device(cuda4, session, pytester):
+    crash_once = """
+import os, pathlib
+
+def test_crash():
+    if not pathlib.Path("crashed").exists():
+        pathlib.Path("crashed").write_text(os.environ["PYTEST_XDIST_WORKER"])
+        os._exit(1)
+
+def test_after():
+    pass
+"""
+    result = session("-n", "2", "--dist", "loadfile", tests=crash_once)
+    result.stdout.fnmatch_lines(["*created: 2/2 workers*", "*replacing crashed worker*"])
+    masks = seen(pytester)
+    crashed = (pytester.path / "crashed").read_text()
+    (replacement,) = set(masks) - {"gw0", "gw1"}
+    assert masks[replacement]["CUDA_VISIBLE_DEVICES"] == masks[crashed]["CUDA_VISIBLE_DEVICES"]
+
+
+def test_rocm_sets_hip_and_a_matching_cuda_mask(rocm2, session, pytester):
+    result = session("-n", "auto")
+    assert result.ret == 0, result.stdout.str()
+    masks = seen(pytester)
+    assert sorted(m["HIP_VISIBLE_DEVICES"] for m in masks.values()) == ["0", "1"]
+    for mask in masks.values():
+        assert mask["CUDA_VISIBLE_DEVICES"] == mask["HIP_VISIBLE_DEVICES"]
+        assert mask["ROCR_VISIBLE_DEVICES"] is None
+
+
+def test_rocm_outer_rocr_mask_is_kept_and_hip_indexes_into_it(rocm2, session, pytester, monkeypatch):
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "1")
+    result = session("-n", "auto")
+    assert result.ret == 0, result.stdout.str()
+    assert seen(pytester) == {
+        "gw0": {"CUDA_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0", "ROCR_VISIBLE_DEVICES": "1"}
+    }
+    assert events(pytester)["gw0"]["devices"] == [uuid(1)]
+
+
+def test_cpu_auto_uses_cpu_workers_and_sets_no_mask(fake_gpus, session, pytester, monkeypatch):
+    fake_gpus([], vendor="nvidia")
+    monkeypatch.setenv("HARNESS_CPU_WORKERS", "2")
+    result = session("-n", "auto")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*2 workers*"])
+    masks = seen(pytester)
+    assert len(masks) == 2
+    assert all(value is None for mask in masks.values() for value in mask.values())
+    assert {e["devices"][0] for e in events(pytester).values()} == {"cpu"}
+
+
+MULTI_GPU = """
+import os, pytest
+
+@pytest.mark.gpus(2)
+def test_two():
+    print("visible", os.environ["CUDA_VISIBLE_DEVICES"])
+
+@pytest.mark.gpus(8)
+def test_eight():
+    pass
+
+def test_plain():
+    print("visible", os.environ.get("CUDA_VISIBLE_DEVICES"))
+"""
+
+
+def test_gpus_marker_skips_in_a_one_gpu_worker_with_the_counts(cuda4, session):
+    result = session("-n", "2", "-rs", tests=MULTI_GPU)
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*needs 2 GPUs, 1 visible*"])
+    result.stdout.fnmatch_lines(["*needs 8 GPUs, 1 visible*"])
+
+
+def test_gpus_marker_serially_sees_its_first_n_devices(cuda4, session, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2,3")
+    result = session("-s", "-rs", tests=MULTI_GPU)
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["test_file.py visible 1,2", ".svisible 1,2,3", "*needs 8 GPUs, 3 visible*"])
+
+
+def test_gpus_marker_needs_a_positive_count(cuda4, session):
+    result = session(tests="import pytest\n@pytest.mark.gpus('two')\ndef test_x():\n    pass\n")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: test_file.py::test_x: the gpus marker takes one positive integer*"])
+
+
+HANGS = """
+import time, pytest
+
+def test_hangs():
+    time.sleep(120)
+
+def test_after_the_hang():
+    pass
+
+@pytest.mark.timeout(0)
+def test_marker_overrides():
+    time.sleep(3)
+"""
+
+
+def test_platform_timeout_fails_a_hung_test_by_name_and_the_run_goes_on(cuda4, session, monkeypatch):
+    monkeypatch.setenv("HARNESS_TEST_TIMEOUT_S", "2")
+    result = session("-n", "1", tests=HANGS)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*Timeout (>2.0s)*", "FAILED test_file.py::test_hangs*"])
+
+
+def test_rocm_default_timeout_is_longer_than_cudas(rocm2, session):
+    result = session()
+    result.stdout.fnmatch_lines(["timeout: 1800.0s", "timeout method: signal"])
+
+
+def test_users_timeout_option_wins_over_the_platform_default(cuda4, session, monkeypatch):
+    monkeypatch.setenv("HARNESS_TEST_TIMEOUT_S", "100")
+    result = session("-n", "1", "--timeout", "1", tests=HANGS)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*Timeout (>1.0s)*"])
