@@ -263,6 +263,7 @@ def write_atomic(path: Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide CI artifacts from other users
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

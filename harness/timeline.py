@@ -37,7 +37,8 @@ def svg(report: dict) -> str:
     def x(t: float) -> float:
         return LEFT + (t - start) / span * (WIDTH - LEFT - RIGHT)
 
-    overlapping = overlaps(records, end)
+    pairs = overlaps(records, end)
+    overlapping = {id(r) for a, b, _, _ in pairs for r in (a, b)}
     lanes: dict[tuple[str, str], list[dict]] = {}
     for record in records:
         lanes.setdefault(_lane(record), []).append(record)
@@ -82,14 +83,10 @@ def svg(report: dict) -> str:
         rows = _rows(members, end)
         for row, row_members in enumerate(rows):
             for record in row_members:
-                _bar(
-                    lane,
-                    record,
-                    x,
-                    y + row * ROW,
-                    end,
-                    record["id"] in overlapping.get(record["phase"], set()),
-                )
+                _bar(lane, record, x, y + row * ROW, end, id(record) in overlapping)
+        for a, b, both_start, both_end in pairs:
+            if set(device.split(",")) & set(a.get("devices") or []):
+                _overlap_band(lane, a, b, x(both_start), x(both_end), y, len(rows) * ROW)
         first = device.split(",")[0]
         _memory(lane, records, first, totals.get(first), x, y + len(rows) * ROW)
         y += heights[(worker, device)] + GAP
@@ -136,9 +133,9 @@ def lifetime(record: dict, end: float) -> tuple[float, float]:
     return record["start"], end
 
 
-def overlaps(records: list[dict], end: float) -> dict[str, set[str]]:
-    """Runner ids (per phase) whose lifetime overlaps another runner's on a shared device."""
-    found: dict[str, set[str]] = {}
+def overlaps(records: list[dict], end: float) -> list[tuple[dict, dict, float, float]]:
+    """Pairs of runners alive at once on a shared device, with the interval they were both alive."""
+    found = []
     for i, a in enumerate(records):
         a_start, a_end = lifetime(a, end)
         for b in records[i + 1 :]:
@@ -148,8 +145,7 @@ def overlaps(records: list[dict], end: float) -> dict[str, set[str]]:
                 and a_start < b_end
                 and b_start < a_end
             ):
-                found.setdefault(a["phase"], set()).add(a["id"])
-                found.setdefault(b["phase"], set()).add(b["id"])
+                found.append((a, b, max(a_start, b_start), min(a_end, b_end)))
     return found
 
 
@@ -214,6 +210,20 @@ def _bar(lane: ET.Element, record: dict, x, y: float, end: float, overlap: bool)
     label = _short(f"{record['model'].rsplit('/', 1)[-1]} · {owner}", int(width / 6.2))
     if label:
         ET.SubElement(group, "text", x=_n(left + 4), y=_n(y + ROW / 2 + 4)).text = label
+
+
+def _overlap_band(lane: ET.Element, a: dict, b: dict, left: float, right: float, y: float, height: float):
+    band = ET.SubElement(lane, "g", {"class": "overlap-band", "data-runners": f"{a['id']} {b['id']}"})
+    ET.SubElement(band, "title").text = (
+        f"{a['id']} ({a['model']}, {a.get('fixture') or a.get('test')}) and {b['id']} ({b['model']}, "
+        f"{b.get('fixture') or b.get('test')}) alive at once on {', '.join(a.get('devices') or [])}"
+    )
+    rect = ET.SubElement(
+        band, "rect", x=_n(left), y=_n(y), width=_n(max(right - left, 2.0)), height=_n(height)
+    )
+    rect.set("fill", OVERLAP[1])
+    rect.set("fill-opacity", "0.12")
+    ET.SubElement(band, "text", x=_n(left + 3), y=_n(y + height + 11), fill=OVERLAP[1]).text = "⚠ 2 alive"
 
 
 def _memory(lane: ET.Element, records: list[dict], device: str, total, x, y: float) -> None:

@@ -7,6 +7,8 @@ the test chooses, so overlaps and lifetimes are exact. Reading goes through ``ha
 from __future__ import annotations
 
 import json
+import textwrap
+import time
 from pathlib import Path
 
 from harness.report import finalize
@@ -112,12 +114,20 @@ class Worker:
                 holders=["gw0-1 vllm held by test_a"] if outcome == "blocked" else [],
             )
             return runner
-        self.write("runner-started", start + startup_s, id=runner, startup_s=startup_s, mem_after_start={device: used[1]})
+        self.write(
+            "runner-started",
+            start + startup_s,
+            id=runner,
+            startup_s=startup_s,
+            mem_after_start={device: used[1]},
+        )
         if stop is not None:
             self.write("runner-stopped", stop, id=runner, teardown_s=0.5, mem_after_stop={device: used[2]})
         return runner
 
-    def test(self, nodeid: str, outcome: str = "passed", t: float = 0.0, setup_s=0.0, call_s=0.1, teardown_s=0.0):
+    def test(
+        self, nodeid: str, outcome: str = "passed", t: float = 0.0, setup_s=0.0, call_s=0.1, teardown_s=0.0
+    ):
         self.write(
             "test",
             t,
@@ -154,14 +164,64 @@ def overlap_run(root: Path) -> Run:
     )
     gw0.test("tests/p/test_a.py::test_one", t=40, setup_s=31)
     gw0.test("tests/p/test_a.py::test_two", t=42)
-    gw0.runner("tests/p/test_a.py::test_three", 50, 28, 90, model="BAAI/bge-small", used=(60 * GIB, 120 * GIB, 61 * GIB))
+    gw0.runner(
+        "tests/p/test_a.py::test_three",
+        50,
+        28,
+        90,
+        model="BAAI/bge-small",
+        used=(60 * GIB, 120 * GIB, 61 * GIB),
+    )
     gw0.finding(
-        "live-runner-overlap", "gw0-2 started while gw0-1 (fixture llm, module) held GPU-0", 50, runner="gw0-2"
+        "live-runner-overlap",
+        "gw0-2 started while gw0-1 (fixture llm, module) held GPU-0",
+        50,
+        runner="gw0-2",
     )
     gw0.test("tests/p/test_a.py::test_three", t=90, call_s=40)
-    gw1.runner("tests/p/test_b.py::test_hf", 5, 8, 30, kind="hf", model="sentence-transformers/all-MiniLM-L6-v2")
+    gw1.runner(
+        "tests/p/test_b.py::test_hf", 5, 8, 30, kind="hf", model="sentence-transformers/all-MiniLM-L6-v2"
+    )
     gw1.test("tests/p/test_b.py::test_hf", t=30, call_s=25)
     multi = run.worker("multi", "gw0", ("GPU-0",))
     multi.runner("tests/p/test_c.py::test_tp", 210, 20, None, model="facebook/opt-125m")
     multi.test("tests/p/test_c.py::test_tp", outcome="failed", t=260, call_s=50)
     return run
+
+
+def run_suite(pytester, monkeypatch, files: dict[str, str], *args: str, phase: str = "default") -> tuple:
+    """A real pytest session (subprocess, harness plugin on) over ``files`` written into a run directory
+    the way ``harness run`` lays one out: ledger and pytest's junitxml per phase, and ``phases.json``.
+    Needs ``fake_gpus`` set up first; returns (pytest result, run directory)."""
+    run_dir = pytester.path / "run"
+    for name, source in files.items():
+        pytester.makepyfile(**{name: "import pytest\n" + textwrap.dedent(source)})
+    monkeypatch.setenv("HARNESS_PHASE", phase)
+    started = time.time()
+    result = pytester.runpytest_subprocess(
+        "--harness-ledger-dir",
+        str(run_dir / "ledger" / phase),
+        f"--junitxml={run_dir / 'junit' / f'{phase}.xml'}",
+        "-p",
+        "no:cacheprovider",
+        *args,
+    )
+    meta = {
+        "suite": "pooling",
+        "platform": "cuda",
+        "platform_reason": "fake NVML",
+        "shard": None,
+        "started": started,
+        "phases": [
+            {
+                "name": phase,
+                "started": started,
+                "wall_s": time.time() - started,
+                "exit_code": int(result.ret),
+                "args": list(args),
+                "timed_out": False,
+            }
+        ],
+    }
+    (run_dir / "phases.json").write_text(json.dumps(meta))
+    return result, run_dir
