@@ -101,21 +101,21 @@ def _split(value: str | None, option: str) -> tuple[str, ...]:
 
 def _settings(table: dict) -> CiSettings:
     types = {
-        "platforms": list,
-        "suites": list,
-        "queues": dict,
-        "prebuilt_image": bool,
-        "parallelism": int,
-        "timeout_in_minutes": int,
-        "retry_limit": int,
+        "platforms": (list, "a list"),
+        "suites": (list, "a list"),
+        "queues": (dict, "a table"),
+        "prebuilt_image": (bool, "true or false"),
+        "parallelism": (int, "an integer"),
+        "timeout_in_minutes": (int, "an integer"),
+        "retry_limit": (int, "an integer"),
     }
     values = {}
     for key, value in table.items():
-        expected = types.get(key)
-        if expected is None:
+        if key not in types:
             raise ConfigError(f"[tool.harness.ci] has unknown key {key!r} (known: {', '.join(types)})")
+        expected, wording = types[key]
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            raise ConfigError(f"[tool.harness.ci] {key} must be a {expected.__name__}, got {value!r}")
+            raise ConfigError(f"[tool.harness.ci] {key} must be {wording}, got {value!r}")
         values[key] = value
     for key in ("parallelism", "timeout_in_minutes"):
         if values.get(key, 1) < 1:

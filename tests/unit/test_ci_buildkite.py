@@ -1,0 +1,243 @@
+"""``harness ci buildkite``: the pipeline it prints is valid Buildkite, runs, and refuses unsafe names."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PYPROJECT = """
+[tool.harness.suites.pooling]
+[tool.harness.suites.generation]
+{ci}
+"""
+
+
+def project(tmp_path: Path, ci: str = "") -> Path:
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT.format(ci=ci))
+    return tmp_path
+
+
+def harness(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env or os.environ,
+        timeout=120,
+    )
+
+
+def validate(path: Path, schema: str = "vendor.buildkite") -> subprocess.CompletedProcess:
+    """check-jsonschema with the schema it ships (no network: the schema is inside the package)."""
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def generate(cwd: Path, *args: str) -> dict:
+    done = harness(cwd, "ci", "buildkite", *args)
+    assert done.returncode == 0, done.stderr
+    (cwd / "pipeline.yml").write_text(done.stdout)
+    return yaml.safe_load(done.stdout)
+
+
+def test_default_pipeline_is_valid_buildkite_with_a_step_per_platform_and_suite(tmp_path):
+    pipeline = generate(project(tmp_path))
+    checked = validate(tmp_path / "pipeline.yml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    steps = pipeline["steps"]
+    assert [step["key"] for step in steps] == [
+        f"{platform}-{suite}" for platform in ("cuda", "rocm", "cpu") for suite in ("pooling", "generation")
+    ]
+    cuda_pooling = steps[0]
+    assert cuda_pooling["label"] == "cuda pooling"
+    assert cuda_pooling["agents"] == {"queue": "gpu-cuda"}
+    assert {step["agents"]["queue"] for step in steps} == {"gpu-cuda", "gpu-rocm", "cpu"}
+    assert cuda_pooling["artifact_paths"] == ["harness-out/pooling-cuda/**/*"]
+    assert cuda_pooling["timeout_in_minutes"] == 180
+    assert "parallelism" not in cuda_pooling
+    assert cuda_pooling["retry"]["automatic"] == [
+        {"exit_status": -1, "limit": 2},
+        {"exit_status": 255, "limit": 2},
+        {"signal_reason": "agent_stop", "limit": 2},
+    ]
+    assert any(".harness-nox/bin/nox -s cuda_pooling" in command for command in cuda_pooling["commands"])
+
+
+def test_the_validator_rejects_a_broken_pipeline(tmp_path):
+    """The schema check above can fail: a step without a usable timeout is refused."""
+    pipeline = generate(project(tmp_path))
+    pipeline["steps"][0]["timeout_in_minutes"] = 0
+    pipeline["steps"][1]["retry"]["automatic"][0]["limit"] = 99
+    (tmp_path / "pipeline.yml").write_text(yaml.safe_dump(pipeline))
+    assert validate(tmp_path / "pipeline.yml").returncode == 1
+
+
+def test_options_and_ci_table_choose_cells_queues_parallelism_and_prebuilt_image(tmp_path):
+    ci = """
+[tool.harness.ci]
+prebuilt_image = true
+timeout_in_minutes = 90
+retry_limit = 1
+parallelism = 2
+[tool.harness.ci.queues]
+cuda = "h100"
+"""
+    pipeline = generate(
+        project(tmp_path, ci), "--platforms", "cuda,cpu", "--suites", "generation", "--parallelism", "4"
+    )
+    assert validate(tmp_path / "pipeline.yml").returncode == 0
+    steps = pipeline["steps"]
+    assert [step["key"] for step in steps] == ["cuda-generation", "cpu-generation"]
+    assert [step["agents"]["queue"] for step in steps] == ["h100", "cpu"]
+    assert all(step["parallelism"] == 4 for step in steps)
+    assert all(step["timeout_in_minutes"] == 90 for step in steps)
+    assert all(rule["limit"] == 1 for rule in steps[0]["retry"]["automatic"])
+    assert steps[0]["commands"][0] == "status=0; nox -s cuda_generation --no-venv || status=$$?"
+    assert generate(tmp_path, "--platforms", "rocm", "--suites", "pooling")["steps"][0]["parallelism"] == 2
+
+
+def test_bootstrap_pipeline_is_valid_and_uploads_the_generated_one():
+    path = ROOT / "ci" / "buildkite" / "pipeline.yml"
+    checked = validate(path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    commands = " ; ".join(yaml.safe_load(path.read_text())["steps"][0]["commands"])
+    assert "harness ci buildkite | buildkite-agent pipeline upload" in commands
+    assert "pipefail" in commands
+
+
+def interpolate(command: str) -> str:
+    """What ``buildkite-agent pipeline upload`` does to the text we print: ``$$`` becomes ``$``."""
+    assert "$" not in command.replace("$$", ""), f"an unescaped $ would be interpolated at upload: {command}"
+    return command.replace("$$", "$")
+
+
+NOXFILE = """
+import os, pathlib
+import nox
+
+@nox.session(name="cpu_pooling")
+def cpu_pooling(session):
+    if os.environ.get("WRITE_SUMMARY"):
+        pathlib.Path("harness-out/pooling-cpu").mkdir(parents=True, exist_ok=True)
+        pathlib.Path("harness-out/pooling-cpu/summary.md").write_text("# summary")
+    session.run("python", "-c", "import sys; sys.exit(int(sys.argv[1]))", os.environ["EXIT"])
+"""
+
+AGENT = """#!/bin/sh
+# Stands in for buildkite-agent (a Go binary this machine lacks): records its arguments and stdin.
+printf '%s\\n' "$@" > "$AGENT_LOG"
+cat >> "$AGENT_LOG"
+"""
+
+
+@pytest.mark.parametrize(("exit_code", "write_summary"), [(0, True), (3, True), (3, False)])
+def test_generated_commands_run_the_nox_session_and_keep_its_exit_status(tmp_path, exit_code, write_summary):
+    """The step's commands, interpolated as Buildkite does, run by bash -e like an agent, with real nox."""
+    pipeline = generate(
+        project(tmp_path, "[tool.harness.ci]\nprebuilt_image = true"),
+        "--platforms",
+        "cpu",
+        "--suites",
+        "pooling",
+        "--parallelism",
+        "2",
+    )
+    (tmp_path / "noxfile.py").write_text(NOXFILE)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "buildkite-agent").write_text(AGENT)
+    (bin_dir / "buildkite-agent").chmod(0o755)
+    script = "\n".join(interpolate(command) for command in pipeline["steps"][0]["commands"])
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]]),
+        "AGENT_LOG": str(tmp_path / "agent.log"),
+        "BUILDKITE_PARALLEL_JOB": "1",
+        "EXIT": str(exit_code),
+        "WRITE_SUMMARY": "1" if write_summary else "",
+    }
+    done = subprocess.run(
+        ["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == (1 if exit_code else 0), done.stdout + done.stderr  # nox's status, kept
+    assert "Running session cpu_pooling" in done.stderr
+    log = tmp_path / "agent.log"
+    if write_summary:
+        assert not log.exists()  # harness run annotates with its summary itself
+    else:
+        lines = log.read_text().splitlines()
+        assert lines[:5] == ["annotate", "--style", "error", "--context", "harness-cpu-pooling-1"]
+        assert lines[5] == "nox -s cpu_pooling --no-venv exited 1 before the harness wrote " + (
+            "harness-out/pooling-cpu/summary.md"
+        )
+
+
+BAD_NAMES = ["it's", "a$b", "a b", "a\nb", "$(reboot)", "-rf", "a;b", "a.b", ""]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+@pytest.mark.parametrize("command", [["ci", "buildkite"], ["ci", "matrix"]])
+def test_an_unsafe_suite_name_on_the_command_line_is_one_line_exit_2(tmp_path, command, name):
+    done = harness(project(tmp_path), *command, "--suites", f"pooling,{name}")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("harness: error: ")
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("ci", "says"),
+    [
+        ('[tool.harness.ci.queues]\ncuda = "gpu $(id)"', "cuda queue name"),
+        ('[tool.harness.ci.queues]\ncuda = "it\'s"', "cuda queue name"),
+        ('[tool.harness.ci.queues]\nmetal = "m1"', "unknown platform 'metal'"),
+        ('[tool.harness.ci]\nsuites = ["pooling\\nrm"]', "suite name"),
+        ('[tool.harness.ci]\nplatforms = ["tpu"]', "'tpu'"),
+        ("[tool.harness.ci]\nparallelism = 0", "parallelism must be at least 1"),
+        ('[tool.harness.ci]\nparallelism = "2"', "parallelism must be an integer"),
+        ("[tool.harness.ci]\nprebuilt = true", "unknown key 'prebuilt'"),
+        ("[tool.harness.ci]\nretry_limit = 11", "retry_limit"),
+        ('[tool.harness.suites."po oling"]', "suite name 'po oling'"),
+    ],
+)
+def test_a_bad_ci_table_is_one_line_exit_2_naming_the_key(tmp_path, ci, says):
+    done = harness(project(tmp_path, ci), "ci", "buildkite")
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert says in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--platforms", "cuda,tpu"], "platform 'tpu' is not one of cuda, rocm, cpu"),
+        (["--suites", "pooling,nope"], "suite 'nope' is not in [tool.harness.suites]"),
+        (["--parallelism", "0"], "--parallelism 0 must be at least 1"),
+        (["--platforms", "cuda,,rocm"], "empty name"),
+    ],
+)
+def test_bad_options_are_one_line_exit_2(tmp_path, args, says):
+    done = harness(project(tmp_path), "ci", "buildkite", *args)
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_without_any_suite_it_says_where_to_define_them(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    done = harness(tmp_path, "ci", "buildkite")
+    assert done.returncode == 2
+    assert "[tool.harness.suites.<name>]" in done.stderr
