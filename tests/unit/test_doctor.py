@@ -62,12 +62,12 @@ def test_versions_come_from_package_metadata():
     found = json.loads(doctor("--json", HARNESS_PLATFORM="cpu").stdout)["versions"]
     assert found["pytest"] == pytest.__version__
     assert found["pytest-xdist"] == metadata.version("pytest-xdist")
-    assert found["harness"] == metadata.version("harness")
     assert found["python"] == ".".join(map(str, sys.version_info[:3]))
-    try:
-        metadata.version("amdsmi")
-    except metadata.PackageNotFoundError:
-        assert found["amdsmi"] == "not installed"
+    for name in ("harness", "amdsmi"):  # either may be missing (the GPU host runs harness from a checkout)
+        try:
+            assert found[name] == metadata.version(name)
+        except metadata.PackageNotFoundError:
+            assert found[name] == "not installed"
     assert set(found) == {
         "python", "torch", "vllm", "transformers", "nvidia-ml-py", "amdsmi", "pytest", "pytest-xdist",
         "pytest-timeout", "harness",
