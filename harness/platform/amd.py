@@ -45,7 +45,11 @@ class AmdPlatform(Platform):
                 ),
                 key=lambda device: device[0],
             )
-            for variable in ("ROCR_VISIBLE_DEVICES", self._hip_variable(env)):
+            hip = next(
+                (v for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if v in env),
+                "HIP_VISIBLE_DEVICES",
+            )
+            for variable in ("ROCR_VISIBLE_DEVICES", hip):
                 chosen = masks.visible(variable, env.get(variable), [d[3] for d in found])
                 found = [found[position] for position in chosen]
             self._handles = [handle for _, _, handle, _ in found]
@@ -62,14 +66,6 @@ class AmdPlatform(Platform):
             ]
         except amdsmi.AmdSmiException as error:
             raise PlatformError(f"amdsmi failed while listing devices: {error}") from None
-
-    @staticmethod
-    def _hip_variable(env: Mapping[str, str]) -> str:
-        return (
-            "CUDA_VISIBLE_DEVICES"
-            if "HIP_VISIBLE_DEVICES" not in env and "CUDA_VISIBLE_DEVICES" in env
-            else ("HIP_VISIBLE_DEVICES")
-        )
 
     def _vram(self, handle) -> MemoryReading:
         vram = self._amdsmi.AmdSmiMemoryType.VRAM
