@@ -81,12 +81,17 @@ def _json_safe(value: Any) -> Any:
 
 
 def normalise(function, args: tuple, kwargs: dict) -> dict:
-    """The call's arguments by parameter name, **kwargs flattened, values equal to defaults dropped."""
+    """The call's arguments by parameter name, **kwargs flattened, values equal to defaults dropped.
+
+    ``self``/``cls`` are left out: the instance is not built yet when a constructor is wrapped.
+    """
     signature = inspect.signature(function)
     bound = signature.bind(*args, **kwargs)
     config = {}
     for name, value in bound.arguments.items():
         parameter = signature.parameters[name]
+        if name in ("self", "cls"):
+            continue
         if parameter.kind is parameter.VAR_KEYWORD:
             config.update(value)
         elif parameter.kind is parameter.VAR_POSITIONAL:
@@ -272,7 +277,6 @@ def _patch_vllm(module) -> None:
     def __init__(self, *args, **kwargs):
         __tracebackhide__ = True
         config = normalise(original, (self, *args), kwargs)
-        config.pop("self", None)
         fraction = float(config.get("gpu_memory_utilization", default))
         devices = tuple(range(int(config.get("tensor_parallel_size", 1))))
         with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
@@ -312,7 +316,6 @@ def _patch_transformers(module) -> None:
     @functools.wraps(original)
     def from_pretrained(klass, *args, **kwargs):
         config = normalise(original, (klass, *args), kwargs)
-        config.pop("cls", None)
         config["class"] = klass.__name__
         model_name = str(config.get("pretrained_model_name_or_path"))
         with starting("hf", model_name, config) as run:
@@ -334,7 +337,6 @@ def _patch_sentence_transformers(module) -> None:
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
         config = normalise(original, (self, *args), kwargs)
-        config.pop("self", None)
         config["class"] = type(self).__name__
         with starting("hf", str(config.get("model_name_or_path")), config) as run:
             original(self, *args, **kwargs)
