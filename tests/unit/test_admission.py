@@ -68,7 +68,9 @@ def test_holders_on_other_devices_do_not_count():
     two = {0: MemoryReading(75 * GIB, 80 * GIB), 1: MemoryReading(GIB, 80 * GIB)}
     admission.admit("x", admission.Need((1,), 40 * GIB, 0.5), memory=lambda: two, grace_s=0, wait=pytest.fail)
     with pytest.raises(RunnerBlocked):
-        admission.admit("x", admission.Need((0,), 40 * GIB, 0.5), memory=lambda: two, grace_s=0, wait=pytest.fail)
+        admission.admit(
+            "x", admission.Need((0,), 40 * GIB, 0.5), memory=lambda: two, grace_s=0, wait=pytest.fail
+        )
 
 
 def test_a_holder_released_during_the_grace_lets_the_runner_start():

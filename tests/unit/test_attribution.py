@@ -19,7 +19,9 @@ def test_innermost_fixture_owns_then_the_test_body(clean, monkeypatch):
     attribution.enter_test("t.py::test_x", "t.py")
     attribution.enter_fixture("outer", "module")
     attribution.enter_fixture("inner", "function")
-    assert attribution.current() == attribution.Owner("t.py::test_x", "t.py", "inner", "function", "gw1", "pooling")
+    assert attribution.current() == attribution.Owner(
+        "t.py::test_x", "t.py", "inner", "function", "gw1", "pooling"
+    )
     attribution.leave_fixture()
     assert (attribution.current().fixture, attribution.current().scope) == ("outer", "module")
     attribution.leave_fixture()
@@ -28,7 +30,11 @@ def test_innermost_fixture_owns_then_the_test_body(clean, monkeypatch):
 
 def test_the_plugin_attributes_to_the_running_test(request):
     owner = attribution.current()
-    assert (owner.test, owner.file, owner.fixture) == (request.node.nodeid, "tests/unit/test_attribution.py", None)
+    assert (owner.test, owner.file, owner.fixture) == (
+        request.node.nodeid,
+        "tests/unit/test_attribution.py",
+        None,
+    )
 
 
 def test_outside_any_test_nothing_is_named(clean):
@@ -40,7 +46,10 @@ def test_outside_any_test_nothing_is_named(clean):
 @pytest.mark.parametrize(
     "scope, says",
     [
-        ("module", "is module-scoped and lives until the end of tests/m.py; class scope or an explicit close"),
+        (
+            "module",
+            "is module-scoped and lives until the end of tests/m.py; class scope or an explicit close",
+        ),
         ("session", "is session-scoped and lives until the end of the session; class scope or"),
         ("class", "is class-scoped and lives until the end of the class of tests/m.py::T::t; an explicit"),
         ("function", "is function-scoped and lives until the end of tests/m.py::T::t; an explicit close"),

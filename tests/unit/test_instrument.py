@@ -48,7 +48,9 @@ def cpu_run(pytester, monkeypatch):
         for name, source in files.items():
             pytester.makepyfile(**{name: textwrap.dedent(source)})
         directory = pytester.path / "ledger"
-        result = pytester.runpytest_subprocess("--harness-ledger-dir", str(directory), "-p", "no:cacheprovider")
+        result = pytester.runpytest_subprocess(
+            "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
+        )
         return result, ledger.read(directory)
 
     return run_suite

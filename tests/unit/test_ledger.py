@@ -9,7 +9,9 @@ from harness import ledger
 
 def _start(writer, model="m", **extra):
     run_id = writer.new_id()
-    writer.write("runner-start", id=run_id, kind="vllm", model=model, fingerprint="abc", test="t.py::x", **extra)
+    writer.write(
+        "runner-start", id=run_id, kind="vllm", model=model, fingerprint="abc", test="t.py::x", **extra
+    )
     return run_id
 
 
@@ -37,7 +39,9 @@ def test_records_merge_outcomes_across_workers_and_phase_directories(tmp_path):
     first.write("runner-failed", id=failed, startup_s=0.1, error="ValueError: no", blocked=False, holders=[])
     second = ledger.LedgerWriter(tmp_path / "generation", worker="gw0")  # same worker name, other phase
     blocked = _start(second, model="c")
-    second.write("runner-failed", id=blocked, startup_s=3.0, error="RunnerBlocked: x", blocked=True, holders=["h"])
+    second.write(
+        "runner-failed", id=blocked, startup_s=3.0, error="RunnerBlocked: x", blocked=True, holders=["h"]
+    )
     second.write("test", nodeid="t.py::x", outcome="passed")
     second.write("worker", worker="gw0", devices=["GPU-0"], mask="0", pid=1)
 
