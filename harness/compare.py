@@ -111,9 +111,10 @@ def render(result: dict, fmt: str) -> str:
 
 def change(before, after, seconds: bool = False) -> str:
     """``64 → 18 (−46)``; a side that is missing shows as ``—``."""
-    show = _seconds if seconds else str
-    if before is None and after is None:
+    known = [abs(v) for v in (before, after) if v is not None]
+    if not known:
         return "—"
+    show = (lambda v: f"{v:.0f}s" if max(known) >= 100 else f"{v:.1f}s") if seconds else str
     if before is None or after is None:
         return f"{'—' if before is None else show(before)} → {'—' if after is None else show(after)}"
     delta = after - before
@@ -179,7 +180,3 @@ def _rows(before: dict[str, dict], after: dict[str, dict]) -> list[dict]:
         {"name": n, "status": status[n in before][n in after], "metrics": _pair(before.get(n), after.get(n))}
         for n in names
     ]
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.1f}s" if value < 100 else f"{value:.0f}s"

@@ -309,8 +309,9 @@ def _json_object(path: Path, what: str) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        if error.pos >= len(text.rstrip()):
-            raise ReportError(f"{path}: truncated {what} (JSON ends early at byte {error.pos})") from None
+        if error.pos >= len(text.rstrip()) or error.msg.startswith("Unterminated string"):
+            size = len(text.encode("utf-8"))
+            raise ReportError(f"{path}: truncated {what} (JSON ends early, after {size} bytes)") from None
         raise ReportError(
             f"{path}: not a JSON {what} ({error.msg} at line {error.lineno} column {error.colno})"
         ) from None

@@ -40,7 +40,12 @@ def test_finalize_writes_every_file_and_a_versioned_report(tmp_path):
     assert {f["type"] for f in report["findings"]} == {"live-runner-overlap", "never-stopped"}
     assert len(report["tests"]) == 5
     test = next(t for t in report["tests"] if t["nodeid"] == "tests/p/test_a.py::test_one")
-    assert (test["outcome"], test["setup_s"], test["worker"], test["device"]) == ("passed", 31, "gw0", "GPU-0")
+    assert (test["outcome"], test["setup_s"], test["worker"], test["device"]) == (
+        "passed",
+        31,
+        "gw0",
+        "GPU-0",
+    )
 
 
 def test_starts_are_summarised_by_kind_phase_and_file(tmp_path):
@@ -95,7 +100,9 @@ def test_versions_come_from_metadata_without_importing_torch_or_vllm(tmp_path):
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "add", "f"], check=True)
     subprocess.run([*git, "commit", "-qm", "x"], check=True)
-    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    head = subprocess.run(
+        [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     script = (
         "import json, sys, pathlib; from harness.report import versions; "
         f"v = versions(pathlib.Path({str(tmp_path)!r})); "
@@ -193,7 +200,7 @@ def test_a_broken_phases_file_is_an_error(tmp_path):
 BAD_REPORTS = {
     "missing": (None, "no such report file"),
     "empty": ("", "empty report file"),
-    "truncated": ('{"version": 1, "phases": [', "truncated report (JSON ends early at byte 26)"),
+    "truncated": ('{"version": 1, "phases": [', "truncated report (JSON ends early, after 26 bytes)"),
     "not json": ("version = 1\n", "not a JSON report (Expecting value at line 1 column 1)"),
     "binary": (b"\xff\xfe\x00", "not a JSON report (not UTF-8 text)"),
     "array": ("[1, 2]", "not a report (JSON list, expected an object)"),
@@ -257,4 +264,7 @@ def test_harness_report_cli_rewrites_a_run_directory(tmp_path):
 def test_harness_report_cli_on_a_bad_directory_is_one_line_and_exit_2(tmp_path):
     done = _harness("report", str(tmp_path / "nothing"))
     assert done.returncode == 2
-    assert done.stderr == f"harness: error: {tmp_path / 'nothing'} is not a run directory (no phases.json, no ledger/)\n"
+    assert (
+        done.stderr
+        == f"harness: error: {tmp_path / 'nothing'} is not a run directory (no phases.json, no ledger/)\n"
+    )
