@@ -332,9 +332,8 @@ def _finish(out: Path, meta: dict, console) -> None:
     for column in ("phase", "exit", "wall s", "timed out"):
         table.add_column(column)
     for phase in meta["phases"]:
-        table.add_row(
-            phase["name"], str(phase["exit_code"]), f"{phase['wall_s']:.1f}", str(phase["timed_out"])
-        )
+        timed_out = "yes" if phase["timed_out"] else ""
+        table.add_row(phase["name"], str(phase["exit_code"]), f"{phase['wall_s']:.1f}", timed_out)
     console.print(table)
     kinds = Counter(record["kind"] for record in read(out / "ledger").records)
     shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"

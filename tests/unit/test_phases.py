@@ -1,0 +1,277 @@
+"""``harness run``: suites and phases from pyproject, phase order, timeouts, the exit-code rule, sharding.
+
+Each ``harness run`` here starts real pytest processes (and xdist workers) in a pytester directory.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.cli import main as harness
+from harness.errors import ConfigError
+from harness.phases import Phase, parse_suite, worst
+from tests.fakes import gpu
+
+pytest_plugins = ["pytester"]
+
+# Every test appends "<phase> <worker> <mask> <nodeid>" to log.txt, so order and placement can be read back.
+RECORDER = """
+import os, pathlib
+
+def pytest_runtest_call(item):
+    line = " ".join([os.environ.get("HARNESS_PHASE", "-"), os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                     os.environ.get("CUDA_VISIBLE_DEVICES", "-"), item.nodeid])
+    with open(pathlib.Path(item.config.rootpath, "log.txt"), "a") as log:
+        log.write(line + "\\n")
+"""
+
+PYPROJECT = """
+[tool.pytest.ini_options]
+markers = ["standalone: builds its own runners"]
+
+[tool.harness.suites.models]
+paths = ["tests"]
+{extra}
+"""
+
+
+@pytest.fixture
+def project(pytester, fake_gpus):
+    """``project(extra_toml, **files)``: a pytester project with a ``models`` suite over ``tests/``."""
+    fake_gpus([], vendor="nvidia")  # a CPU machine unless a test describes GPUs
+
+    def make(extra: str = "", **files: str):
+        pytester.makefile(".toml", pyproject=PYPROJECT.format(extra=extra))
+        pytester.makeconftest(RECORDER)
+        pytester.mkdir("tests")
+        for name, text in files.items():
+            (pytester.path / "tests" / f"{name}.py").write_text(text)
+        return pytester.path
+
+    return make
+
+
+def log(pytester) -> list[list[str]]:
+    path = pytester.path / "log.txt"
+    return [line.split(" ") for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def phases_json(out) -> dict:
+    return json.loads((out / "phases.json").read_text())
+
+
+SHARED = "def test_a():\n    pass\n\ndef test_b():\n    pass\n"
+ALONE = "import pytest\n\n@pytest.mark.standalone\ndef test_alone():\n    pass\n"
+MULTI = "import pytest\n\n@pytest.mark.gpus(2)\ndef test_two():\n    pass\n"
+
+
+def test_default_phases_run_in_order_each_with_its_own_selection(project, pytester, fake_gpus):
+    fake_gpus([gpu(i) for i in range(4)], vendor="nvidia")
+    project(test_shared=SHARED, test_alone=ALONE, test_multi=MULTI)
+    assert harness(["run", "--out", "out", "models"]) == 0
+    ran = log(pytester)
+    assert [line[0] for line in ran] == ["shared-engine"] * 2 + ["standalone", "multi-gpu"]
+    assert {line[3] for line in ran[:2]} == {"tests/test_shared.py::test_a", "tests/test_shared.py::test_b"}
+    assert all(line[1].startswith("gw") and line[2] in "0123" for line in ran[:3])
+    assert ran[3][1:] == ["main", "0,1", "tests/test_multi.py::test_two"]
+    meta = phases_json(pytester.path / "out")
+    assert (meta["suite"], meta["platform"], meta["shard"]) == ("models", "cuda", None)
+    assert [(p["name"], p["exit_code"], p["timed_out"]) for p in meta["phases"]] == [
+        ("shared-engine", 0, False),
+        ("standalone", 0, False),
+        ("multi-gpu", 0, False),
+    ]
+    assert ["-n", "auto", "--dist", "loadscope"] == meta["phases"][0]["args"][3:7]
+    assert "--dist" not in meta["phases"][2]["args"]
+    for phase in ("shared-engine", "standalone", "multi-gpu"):
+        assert (pytester.path / "out" / "junit" / f"{phase}.xml").exists()
+        assert list((pytester.path / "out" / "ledger" / phase).glob("*.jsonl"))
+    assert (pytester.path / "out" / "report.json").exists()
+
+
+def test_only_the_chosen_phases_run_and_pytest_args_pass_through(project, pytester):
+    project(test_shared=SHARED, test_alone=ALONE)
+    code = harness(["run", "--platform", "cpu", "--phase", "shared-engine", "models", "--", "-k", "test_b"])
+    assert code == 0
+    assert [(line[0], line[3]) for line in log(pytester)] == [
+        ("shared-engine", "tests/test_shared.py::test_b")
+    ]
+    meta = phases_json(pytester.path / "harness-out" / "models-cpu")
+    assert [p["name"] for p in meta["phases"]] == ["shared-engine"]
+
+
+FAILS = "def test_fails():\n    assert False\n"
+PHASES = """
+[[tool.harness.suites.models.phases]]
+name = "first"
+keywords = "test_ok"
+
+[[tool.harness.suites.models.phases]]
+name = "failing"
+keywords = "test_fails"
+workers = "serial"
+
+[[tool.harness.suites.models.phases]]
+name = "empty"
+markers = "no_such_marker"
+
+[[tool.harness.suites.models.phases]]
+name = "last"
+keywords = "test_ok"
+workers = "serial"
+"""
+
+
+def test_a_failing_phase_does_not_stop_the_run_and_sets_the_exit_code(project, pytester):
+    project(PHASES, test_ok="def test_ok():\n    pass\n", test_fails=FAILS)
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 1
+    meta = phases_json(pytester.path / "out")
+    assert [(p["name"], p["exit_code"]) for p in meta["phases"]] == [
+        ("first", 0),
+        ("failing", 1),
+        ("empty", 5),
+        ("last", 0),
+    ]
+    assert [line[0] for line in log(pytester)] == ["first", "failing", "last"]
+
+
+def test_fail_fast_stops_after_the_failing_phase(project, pytester):
+    project(PHASES, test_ok="def test_ok():\n    pass\n", test_fails=FAILS)
+    assert harness(["run", "--platform", "cpu", "--out", "out", "--fail-fast", "models"]) == 1
+    assert [p["name"] for p in phases_json(pytester.path / "out")["phases"]] == ["first", "failing"]
+
+
+def test_an_empty_phase_is_not_a_failure(project, pytester):
+    project(PHASES, test_ok="def test_ok():\n    pass\n")
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
+    assert [p["exit_code"] for p in phases_json(pytester.path / "out")["phases"]] == [0, 5, 5, 0]
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected"),
+    [([0, 5, 0], 0), ([5, 5], 0), ([0, 1, 5], 1), ([1, 2, 0], 2), ([0, 137, 1], 137), ([], 0)],
+)
+def test_worst_exit_code(codes, expected):
+    assert worst(codes) == expected
+
+
+HANG_PHASES = """
+[[tool.harness.suites.models.phases]]
+name = "hangs"
+keywords = "test_hangs or test_before"
+workers = "serial"
+timeout_s = 3
+
+[[tool.harness.suites.models.phases]]
+name = "after"
+keywords = "test_ok"
+"""
+HANGS = "import time\n\ndef test_before():\n    pass\n\ndef test_hangs():\n    time.sleep(600)\n"
+
+
+def test_a_phase_past_its_timeout_is_stopped_and_the_next_phase_runs(project, pytester):
+    project(HANG_PHASES, test_hang=HANGS, test_ok="def test_ok():\n    pass\n")
+    code = harness(["run", "--platform", "cpu", "--out", "out", "models"])
+    meta = phases_json(pytester.path / "out")
+    hung, after = meta["phases"]
+    assert hung["timed_out"] and hung["exit_code"] == 2 and hung["wall_s"] < 3 + 10
+    assert (after["timed_out"], after["exit_code"]) == (False, 0)
+    assert code == 2
+    assert [line[0] for line in log(pytester)] == ["hangs", "hangs", "after"]
+    assert 'name="test_before"' in (pytester.path / "out" / "junit" / "hangs.xml").read_text()
+
+
+def test_shards_split_the_suites_files_and_every_phase_keeps_to_its_shard(project, pytester):
+    files = {f"test_{n}": f"def test_{n}():\n    pass\n" for n in "abcdef"}
+    project(**files)
+    ran = {}
+    for index in (0, 1):
+        (pytester.path / "log.txt").unlink(missing_ok=True)
+        code = harness(
+            ["run", "--platform", "cpu", "--out", f"out{index}", "--shard", f"{index}/2", "models"]
+        )
+        assert code == 0
+        ran[index] = {line[3] for line in log(pytester)}
+        assert phases_json(pytester.path / f"out{index}")["shard"] == f"{index}/2"
+    assert ran[0] and ran[1] and not ran[0] & ran[1]
+    assert ran[0] | ran[1] == {f"tests/test_{n}.py::test_{n}" for n in "abcdef"}
+
+
+def test_unknown_suite_and_phase_are_one_line_errors(project, capsys):
+    project(test_shared=SHARED)
+    assert harness(["run", "--platform", "cpu", "nope"]) == 2
+    assert capsys.readouterr().err == "harness: error: unknown suite 'nope' (known: models)\n"
+    assert harness(["run", "--platform", "cpu", "--phase", "nope", "models"]) == 2
+    assert capsys.readouterr().err == (
+        "harness: error: suite 'models' has no phase 'nope' (phases: shared-engine, standalone, multi-gpu)\n"
+    )
+
+
+def test_a_malformed_suite_table_fails_the_run_with_exit_2(project, capsys):
+    project('[[tool.harness.suites.models.phases]]\nname = "x"\nworkers = "many"\n')
+    assert harness(["run", "--platform", "cpu", "models"]) == 2
+    assert capsys.readouterr().err == (
+        "harness: error: [tool.harness.suites.models] phase 'x' workers: "
+        "expected 'per-gpu', 'serial' or an integer ≥ 1, got 'many'\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({}, "[tool.harness.suites.s] paths: missing (needed for the default phases)"),
+        (
+            {"paths": "tests"},
+            "[tool.harness.suites.s] paths: expected a non-empty list of strings",
+        ),
+        ({"paths": ["t"], "phase": []}, "[tool.harness.suites.s] phase: unknown key (known: paths, phases)"),
+        (
+            {"paths": ["t"], "phases": []},
+            "phases: expected a non-empty array of tables",
+        ),
+        ({"phases": [{"name": "a"}]}, "[tool.harness.suites.s] phase 'a' paths: missing"),
+        (
+            {"paths": ["t"], "phases": [{}]},
+            "s] phases[0] name: expected a non-empty string",
+        ),
+        (
+            {"paths": ["t"], "phases": [{"name": "a", "dist": "load"}]},
+            "s] phase 'a' dist: expected one of",
+        ),
+        (
+            {"paths": ["t"], "phases": [{"name": "a", "timeout_s": 0}]},
+            "phase 'a' timeout_s: expected a number",
+        ),
+        ({"paths": ["t"], "phases": [{"name": "a", "workers": 0}]}, "phase 'a' workers: expected 'per-gpu'"),
+        (
+            {"paths": ["t"], "phases": [{"name": "a", "markers": ""}]},
+            "phase 'a' markers: expected",
+        ),
+        ({"paths": ["t"], "phases": [{"name": "a", "mark": "x"}]}, "phases[0] mark: unknown key"),
+        ({"paths": ["t"], "phases": [{"name": "a"}, {"name": "a"}]}, "phase 'a': the name is used twice"),
+    ],
+)
+def test_suite_validation_names_suite_phase_and_key(table, message):
+    with pytest.raises(ConfigError) as error:
+        parse_suite("s", table)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_phase_tables_become_pytest_selections():
+    suite = parse_suite(
+        "s",
+        {
+            "paths": ["tests/a"],
+            "phases": [
+                {"name": "x", "markers": "not slow", "keywords": "embed", "workers": 2, "dist": "loadfile"},
+                {"name": "y", "paths": ["tests/b"], "workers": "serial", "timeout_s": 60},
+            ],
+        },
+    )
+    x, y = suite.phases
+    assert x.selection() == ["tests/a", "-m", "not slow", "-k", "embed", "-n", "2", "--dist", "loadfile"]
+    assert y == Phase("y", ("tests/b",), workers="serial", timeout_s=60.0)
+    assert y.selection() == ["tests/b", "-n", "0"]
