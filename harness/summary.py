@@ -11,6 +11,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+from harness.phases import worst
+
 LIMIT = 1024 * 1024
 ROWS = 40  # rows per table before it is cut with a note
 SLOWEST = 10
@@ -162,8 +164,9 @@ def publish(text: str, report: dict, env: Mapping[str, str]) -> None:
 
 
 def style(report: dict) -> str:
-    """Buildkite annotation style: a failed phase is an error, findings a warning."""
-    if any(phase.get("exit_code") not in (0, None) for phase in report["phases"]):
+    """Buildkite annotation style: a failed phase is an error (no tests collected is not), findings a
+    warning."""
+    if worst([p["exit_code"] for p in report["phases"] if p.get("exit_code") is not None]):
         return "error"
     return "warning" if report["findings"] else "success"
 

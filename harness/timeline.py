@@ -207,7 +207,7 @@ def _bar(lane: ET.Element, record: dict, x, y: float, end: float, overlap: bool)
         group, "rect", x=_n(left), y=_n(y + 2), width=_n(max(startup, 1.0)), height=str(ROW - 6)
     ).set("fill", dark)
     owner = record.get("fixture") or (record.get("test") or "?").split("::")[-1]
-    label = _short(f"{record['model'].rsplit('/', 1)[-1]} · {owner}", int(width / 6.2))
+    label = _short(f"{_model_name(record['model'])} · {owner}", int(width / 6.2))
     if label:
         ET.SubElement(group, "text", x=_n(left + 4), y=_n(y + ROW / 2 + 4)).text = label
 
@@ -223,7 +223,14 @@ def _overlap_band(lane: ET.Element, a: dict, b: dict, left: float, right: float,
     )
     rect.set("fill", OVERLAP[1])
     rect.set("fill-opacity", "0.12")
-    ET.SubElement(band, "text", x=_n(left + 3), y=_n(y + height + 11), fill=OVERLAP[1]).text = "⚠ 2 alive"
+    if right - left >= 60:  # narrower overlaps keep the tooltip only, labels would collide
+        ET.SubElement(band, "text", x=_n(left + 3), y=_n(y + height + 11), fill=OVERLAP[1]).text = "⚠ 2 alive"
+
+
+def _model_name(model: str) -> str:
+    """``org/name`` → ``name``; a local path keeps its last two parts (``.../minilm/model``)."""
+    parts = model.rstrip("/").split("/")
+    return "/".join(parts[-2:]) if model.startswith(("/", ".")) else parts[-1]
 
 
 def _memory(lane: ET.Element, records: list[dict], device: str, total, x, y: float) -> None:
