@@ -251,3 +251,87 @@ def test_absolute_paths_under_the_working_directory_hash_like_relative_ones(tmp_
     relative_split = assign(files, 3)
     absolute_split = assign(absolute, 3)
     assert [[str(Path(f).relative_to(tmp_path)) for f in shard] for shard in absolute_split] == relative_split
+
+
+# --- through `harness run` ---------------------------------------------------------------------------
+
+SLOW = "import time\n\n\ndef test_slow():\n    time.sleep({seconds})\n\n\ndef test_quick():\n    pass\n"
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    """A tiny real suite: three test files, one of them slow, in a project of its own."""
+    (tmp_path / "pyproject.toml").write_text('[tool.harness.suites.demo]\npaths = ["tests"]\n')
+    (tmp_path / "tests").mkdir()
+    for name, seconds in (("test_f1.py", 0.0), ("test_f2.py", 0.8), ("test_f3.py", 0.0)):
+        (tmp_path / "tests" / name).write_text(SLOW.format(seconds=seconds))
+    return tmp_path
+
+
+FILES = ["tests/test_f1.py", "tests/test_f2.py", "tests/test_f3.py"]
+
+
+def harness_run(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("BUILDKITE", "HARNESS_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--platform", "cpu", *args, "demo"],
+        cwd=cwd,
+        env={**environment, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def ran_files(cwd: Path) -> tuple[str | None, list[str]]:
+    report = json.loads((cwd / "harness-out" / "demo-cpu" / "report.json").read_text())
+    return report["shard"], sorted({test["file"] for test in report["tests"]})
+
+
+def test_an_empty_shard_exits_0_and_says_so(suite):
+    empty = next(index for index, shard in enumerate(assign(FILES, 4)) if not shard)
+    done = harness_run(suite, "--shard", f"{empty}/4")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"shard {empty}/4 has no files" in done.stdout
+    assert ran_files(suite) == (f"{empty}/4", [])
+
+
+def test_harness_run_takes_its_shard_from_buildkite(suite):
+    index = next(index for index, shard in enumerate(assign(FILES, 2)) if shard)
+    done = harness_run(suite, BUILDKITE_PARALLEL_JOB=str(index), BUILDKITE_PARALLEL_JOB_COUNT="2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ran_files(suite) == (f"{index}/2", sorted(assign(FILES, 2)[index]))
+
+
+def test_harness_run_shards_by_the_durations_of_a_recorded_run(suite, tmp_path):
+    assert harness_run(suite).returncode == 0
+    recorded = tmp_path / "recorded"
+    (suite / "harness-out" / "demo-cpu").rename(recorded)
+    durations = durations_from(recorded)
+    assert max(durations, key=durations.get) == "tests/test_f2.py"
+    assert assign(FILES, 2, durations) == [["tests/test_f2.py"], ["tests/test_f1.py", "tests/test_f3.py"]]
+    for index, expected in enumerate(assign(FILES, 2, durations)):
+        done = harness_run(suite, "--shard", f"{index}/2", "--durations-from", str(recorded))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert ran_files(suite) == (f"{index}/2", expected)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--shard", "2/2"], "--shard '2/2' is out of range"),
+        (["--shard", "0/2", "--durations-from", "missing.json"], "missing.json: no such report file"),
+    ],
+)
+def test_bad_shard_input_to_harness_run_is_one_line_exit_2(suite, args, says):
+    done = harness_run(suite, *args)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("harness: error: ")
+    assert says in done.stderr
+
+
+def test_harness_run_names_broken_buildkite_variables(suite):
+    done = harness_run(suite, BUILDKITE_PARALLEL_JOB="x", BUILDKITE_PARALLEL_JOB_COUNT="2")
+    assert done.returncode == 2
+    assert "BUILDKITE_PARALLEL_JOB/BUILDKITE_PARALLEL_JOB_COUNT 'x/2'" in done.stderr
