@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.config import find_pyproject, read_table
 from harness.errors import ConfigError, HarnessError
+from harness.phases import parse_suite
 from harness.platform import PLATFORMS
 
 QUEUES = {"cuda": "gpu-cuda", "rocm": "gpu-rocm", "cpu": "cpu"}
@@ -64,11 +65,17 @@ def check_name(kind: str, value: str) -> str:
 def load(pyproject: Path | None = None) -> tuple[CiSettings, tuple[str, ...]]:
     """``[tool.harness.ci]`` and the suite names of ``[tool.harness.suites]`` from the nearest pyproject."""
     tool = read_table(pyproject or find_pyproject())
-    suites = tuple(check_name("[tool.harness.suites] suite", name) for name in tool.get("suites", {}))
+    suites = tool.get("suites", {})
+    if not isinstance(suites, dict):
+        raise ConfigError("[tool.harness] suites: expected tables [tool.harness.suites.<name>]")
+    for name, table in suites.items():
+        check_name("[tool.harness.suites] suite", name)
+        for phase in parse_suite(name, table).phases:  # a broken suite fails here, not on every agent
+            check_name(f"[tool.harness.suites.{name}] phase", phase.name)
     table = tool.get("ci", {})
     if not isinstance(table, dict):
         raise ConfigError(f"[tool.harness] ci: expected a table [tool.harness.ci], got {table!r}")
-    return _settings(table), suites
+    return _settings(table), tuple(suites)
 
 
 def cells(

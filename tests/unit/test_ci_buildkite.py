@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PYPROJECT = """
 [tool.harness.suites.pooling]
+paths = ["tests/models/pooling"]
 [tool.harness.suites.generation]
+paths = ["tests/models/generation"]
 {ci}
 """
 
@@ -211,6 +213,12 @@ def test_an_unsafe_suite_name_on_the_command_line_is_one_line_exit_2(tmp_path, c
         ("[tool.harness.ci]\nprebuilt = true", "unknown key 'prebuilt'"),
         ("[tool.harness.ci]\nretry_limit = 11", "retry_limit"),
         ('[tool.harness.suites."po oling"]', "suite name 'po oling'"),
+        (
+            '[tool.harness.suites.x]\npaths = ["t"]\nphases = [{name = "a$b"}]',
+            "[tool.harness.suites.x] phase name",
+        ),
+        ('[tool.harness.suites.x]\npaths = ["t"]\nphases = [{name = "a b"}]', "phase name 'a b'"),
+        ("[tool.harness.suites.x]\nmarkers = 'gpu'", "[tool.harness.suites.x] markers: unknown key"),
     ],
 )
 def test_a_bad_ci_table_is_one_line_exit_2_naming_the_key(tmp_path, ci, says):

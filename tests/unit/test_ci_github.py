@@ -20,7 +20,9 @@ CALLER = WORKFLOWS / "example-caller.yml"
 
 PYPROJECT = """
 [tool.harness.suites.pooling]
+paths = ["tests/models/pooling"]
 [tool.harness.suites.generation]
+paths = ["tests/models/generation"]
 [tool.harness.ci.queues]
 rocm = "mi300"
 """
