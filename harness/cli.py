@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from harness.errors import HarnessError
@@ -21,7 +22,11 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(module="harness.doctor")
 
-    run = sub.add_parser("run", help="run a suite's phases in order and write the run directory")
+    run = sub.add_parser(
+        "run",
+        help="run a suite's phases in order and write the run directory",
+        usage="harness run SUITE [options] [-- pytest args]",
+    )
     run.add_argument("suite")
     run.add_argument("--platform", choices=["cuda", "rocm", "cpu"])
     run.add_argument("--phase", action="append", dest="phases", metavar="NAME", help="run only these phases")
@@ -29,10 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--fail-fast", action="store_true", help="stop after the first failing phase")
     run.add_argument("--shard", metavar="I/N", help="run shard I (0-based) of N; Buildkite fills it")
     run.add_argument("--durations-from", metavar="REPORT", help="report.json or run dir for LPT sharding")
-    run.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest")
     run.set_defaults(module="harness.phases")
 
-    report = sub.add_parser("report", help="(re)write report.json, junit.xml, summary.md, timeline of a run dir")
+    report = sub.add_parser("report", help="(re)write the report files of a run directory")
     report.add_argument("run_dir")
     report.set_defaults(module="harness.report")
 
@@ -65,7 +69,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" belongs to pytest, so options may stand on either side of the suite.
+    pytest_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = _parser().parse_args(argv[: len(argv) - len(pytest_args) - (1 if "--" in argv else 0)])
+    args.pytest_args = pytest_args
     try:
         return importlib.import_module(args.module).main(args)
     except HarnessError as error:
@@ -73,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `harness ci matrix | head`: the reader left; say nothing more and keep stdout from raising again.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 141
 
 
 if __name__ == "__main__":
