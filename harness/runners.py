@@ -238,7 +238,8 @@ class HfRunner:
     def _generate(self, prompt: str, max_tokens: int, **kwargs: Any):
         import torch
 
-        inputs = self.tokenizer(prompt, return_tensors="pt").to(self.device)
+        # Causal LMs take no token_type_ids (a BERT-style tokenizer returns them unasked).
+        inputs = self.tokenizer(prompt, return_tensors="pt", return_token_type_ids=False).to(self.device)
         with torch.no_grad():
             out = self.model.generate(**inputs, max_new_tokens=max_tokens, do_sample=False, **kwargs)
         return inputs["input_ids"].shape[1], out

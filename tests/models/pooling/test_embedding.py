@@ -84,7 +84,7 @@ def tokens(token_engine):
 
 
 def test_reference_tokens_pool_to_the_sentence_embedding(reference):
-    """The reference the engines are held to is self-consistent: mean of tokens, normalised, is the embedding."""
+    """The reference is self-consistent: its tokens, mean-pooled and normalised, are its embedding."""
     for text in TEXTS:
         pooled = reference["tokens"][text].mean(axis=0)
         assert cosine(pooled, reference["embed"][text]) > 0.9999, text

@@ -1,0 +1,93 @@
+"""Tiny generation models on vLLM against HF transformers: one vLLM and one HF start per model.
+
+The HF side runs once per model in a session fixture that closes its model before returning (data from
+then on); the vLLM engine is class-scoped and serves every test of the class, beam widths included.
+"""
+
+import math
+
+import pytest
+
+from harness.runners import HfRunner, VllmRunner
+
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time there was",
+    "one two three four",
+]
+MAX_TOKENS = 8
+NUM_LOGPROBS = 5
+BEAM_WIDTHS = (1, 2)
+
+
+def check_logprobs_close(hf, vllm, atol: float = 1e-3) -> None:
+    """vLLM's ``check_logprobs_close`` sense, per prompt: where the greedy tokens agree, the logprobs of
+    tokens both sides rank must agree; at the first disagreement each side's token must be in the other's
+    top-k (a near tie), and the sequences are not compared past it."""
+    for index, ((hf_ids, _, hf_steps), (vllm_ids, _, vllm_steps)) in enumerate(zip(hf, vllm, strict=True)):
+        for step, (hf_id, vllm_id) in enumerate(zip(hf_ids, vllm_ids, strict=False)):
+            where = f"prompt {index} step {step}"
+            if hf_id != vllm_id:
+                assert vllm_id in hf_steps[step], f"{where}: vLLM's {vllm_id} not in HF's top-k"
+                assert hf_id in vllm_steps[step], f"{where}: HF's {hf_id} not in vLLM's top-k"
+                break
+            shared = hf_steps[step].keys() & vllm_steps[step].keys()
+            assert hf_id in shared, where
+            for token in shared:
+                assert math.isclose(hf_steps[step][token], vllm_steps[step][token], abs_tol=atol), where
+
+
+@pytest.fixture(scope="session")
+def hf_outputs(generation_model):
+    """Everything the class compares against, from one float32 HF start."""
+    with HfRunner(generation_model, dtype="float32") as hf:
+        return {
+            "greedy": hf.generate_greedy(PROMPTS, MAX_TOKENS),
+            "logprobs": hf.generate_greedy_logprobs(PROMPTS, MAX_TOKENS, NUM_LOGPROBS),
+            "beams": {w: hf.generate_beam_search(PROMPTS, w, MAX_TOKENS) for w in BEAM_WIDTHS},
+        }
+
+
+@pytest.fixture(scope="class")
+def engine(generation_model):
+    with VllmRunner(generation_model, dtype="float32") as runner:
+        yield runner
+
+
+class TestHfReference:
+    """The reference itself, without vLLM (what a GPU image without vLLM still checks)."""
+
+    def test_beam_width_one_is_greedy(self, hf_outputs):
+        greedy = [ids for ids, _ in hf_outputs["greedy"]]
+        assert [beams[0][0] for beams in hf_outputs["beams"][1]] == greedy
+
+    def test_logprobs_follow_the_greedy_tokens(self, hf_outputs):
+        for (ids, _), (logprob_ids, _, steps) in zip(
+            hf_outputs["greedy"], hf_outputs["logprobs"], strict=True
+        ):
+            assert logprob_ids == ids
+            assert [max(step, key=step.get) for step in steps] == ids
+
+
+@pytest.mark.vllm
+class TestSharedEngine:
+    def test_greedy_matches_hf(self, hf_outputs, engine):
+        got = engine.generate_greedy(PROMPTS, MAX_TOKENS)
+        assert [ids for ids, _ in got] == [ids for ids, _ in hf_outputs["greedy"]]
+        assert all(len(ids) > 0 for ids, _ in got)
+
+    def test_logprobs_close_to_hf(self, hf_outputs, engine):
+        check_logprobs_close(
+            hf_outputs["logprobs"], engine.generate_greedy_logprobs(PROMPTS, MAX_TOKENS, NUM_LOGPROBS)
+        )
+
+    @pytest.mark.parametrize("beam_width", BEAM_WIDTHS)
+    def test_beam_search_widths(self, hf_outputs, engine, beam_width):
+        got = engine.generate_beam_search(PROMPTS, beam_width, MAX_TOKENS)
+        for hf_beams, vllm_beams in zip(hf_outputs["beams"][beam_width], got, strict=True):
+            assert len(hf_beams) == len(vllm_beams) == beam_width
+            assert hf_beams[0][0] == vllm_beams[0][0]
+
+    def test_batch_equals_singles(self, engine):
+        batch = engine.generate_greedy(PROMPTS, MAX_TOKENS)
+        assert batch == [engine.generate_greedy([prompt], MAX_TOKENS)[0] for prompt in PROMPTS]
