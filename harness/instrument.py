@@ -145,12 +145,15 @@ class Run:
             )
         )
 
-    def stop(self) -> None:
-        """Record the stop once (explicit close, shutdown, or collection of the runner object)."""
+    def stop(self, began: float | None = None) -> None:
+        """Record the stop once (explicit close, shutdown, or collection of the runner object).
+
+        ``began`` is the ``time.monotonic()`` at which the runner's own teardown started, if it had one.
+        """
         if self.stopped or _writer is not self.writer:
             return
         self.stopped = True
-        began = time.monotonic()
+        began = time.monotonic() if began is None else began
         admission.release(self.id)
         after = _used(self.keys)
         self.writer.write(
@@ -209,7 +212,10 @@ def starting(
     try:
         totals = {d.index: d.total_bytes for d in platform().devices()}
         need_bytes = None if fraction is None else int(fraction * min(totals[i] for i in devices))
-        need = admission.Need(devices=devices, bytes=need_bytes, fraction=fraction)
+        # vLLM's CPU backend checks node memory itself and fails at once; what it cannot see there is
+        # another live engine, so on the CPU admission checks the declared fractions only
+        measured = need_bytes if platform().name != "cpu" else None
+        need = admission.Need(devices=devices, bytes=measured, fraction=fraction)
         run = Run(writer, kind, model, devices, need)
         owner = run.owner
         writer.write(
@@ -298,10 +304,11 @@ def _watch_engine(llm, run: Run) -> None:
     original = client.shutdown
 
     def shutdown(*args, **kwargs):
+        began = time.monotonic()
         try:
             return original(*args, **kwargs)
         finally:
-            run.stop()
+            run.stop(began)
 
     client.shutdown = shutdown
     weakref.finalize(llm, shutdown).atexit = False

@@ -58,7 +58,8 @@ def test_own_engine():
 CLASS_SCOPED = """
 class TestShared:
     @pytest.fixture(scope="class")
-    def colbert_model(self):
+    @classmethod
+    def colbert_model(cls):
         with FakeRunner("colbert", gpu_memory_utilization=0.6) as runner:
             yield runner
 
@@ -156,7 +157,8 @@ def test_runners_are_attributed_to_their_fixture_scope(run):
 
             class TestInClass:
                 @pytest.fixture(scope="class")
-                def class_runner(self):
+                @classmethod
+                def class_runner(cls):
                     with FakeRunner("c", gpu_memory_utilization=0.2) as r:
                         yield r
 

@@ -36,7 +36,7 @@ def test_live_module_engine_is_named_and_class_scope_passes(pytester, monkeypatc
         [
             "*live-runner-overlap*fixture `embedder` is module-scoped and lives until the end of "
             "test_embed_module_scoped.py; class scope or an explicit close before this test frees it*",
-            "FAILED test_embed_module_scoped.py::test_own_engine - harness.errors.RunnerBlocked*",
+            "FAILED test_embed_module_scoped.py::test_own_engine - harness.errors.RunnerBl*",
         ]
     )
     merged = ledger.read(directory)

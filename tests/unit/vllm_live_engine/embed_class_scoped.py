@@ -7,7 +7,8 @@ from shared import OWN, SHARED, embed, engine
 
 class TestShared:
     @pytest.fixture(scope="class")
-    def embedder(self):
+    @classmethod
+    def embedder(cls):
         llm = engine(SHARED)
         yield llm
         llm.llm_engine.engine_core.shutdown()
