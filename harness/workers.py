@@ -123,7 +123,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpus(n): the test needs n GPUs; it runs in the multi-GPU phase")
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and PIN in workerinput:
-        _pin(workerinput[PIN], workerinput["workerid"])
+        _pin(config, workerinput[PIN], workerinput["workerid"])
     elif workerinput is None:
         count = _worker_count(config)
         if count and _detection(config).platform.mask_variable is not None:
@@ -137,19 +137,34 @@ def pytest_configure(config: pytest.Config) -> None:
     _default_timeout(config)
 
 
-def _pin(pin: dict, worker: str) -> None:
-    """Make sure the worker's mask is set; it normally is already (the execnet spec put it there)."""
+def _pin(config: pytest.Config, pin: dict, worker: str) -> None:
+    """Make sure the worker's mask is set; it normally is already (the execnet spec put it there).
+
+    When it was changed after torch initialised CUDA, the worker runs on the wrong device(s): every test
+    then fails with that one line (a raise here would only show as xdist restarting a crashing worker).
+    """
     changed = {name: value for name, value in pin["variables"].items() if os.environ.get(name) != value}
     if not changed:
         return
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         shown = ", ".join(f"{name}={value}" for name, value in changed.items())
-        raise pytest.UsageError(
-            f"worker {worker}: torch initialised CUDA before the harness could set {shown}; "
-            "do not touch CUDA at import time in conftest.py or plugins"
+        config.pluginmanager.register(
+            _Unpinned(
+                f"worker {worker}: torch initialised CUDA before the harness could set {shown}; "
+                "do not touch CUDA at import time in conftest.py or plugins"
+            )
         )
+        return
     os.environ.update(changed)
+
+
+class _Unpinned:
+    def __init__(self, message: str):
+        self.message = message
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        pytest.fail(self.message, pytrace=False)
 
 
 def _default_timeout(config: pytest.Config) -> None:
