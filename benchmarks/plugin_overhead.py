@@ -1,0 +1,60 @@
+"""Wall-time ratio of 2000 trivial tests with the harness plugins active vs plain pytest (goal <= 1.05).
+
+    python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 5]
+
+Both variants run as fresh ``python -m pytest`` processes over the same generated file, alternating, on
+the CPU platform (this machine); "plain" is ``-p no:harness -p no:harness_workers``. "with" writes the
+ledger (one fsynced ``test`` event per test) into a temporary directory, as ``harness run`` does. The
+figure is the ratio of the medians; each round's walls are printed so noise is visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def wall(args: list[str], cwd: Path, env: dict) -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        body = "".join(f"def test_{n}():\n    pass\n\n\n" for n in range(options.tests))
+        (root / "test_trivial.py").write_text(body)
+        (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+        env = {**os.environ, "HARNESS_PLATFORM": "cpu"}
+        common = ["-q", "-p", "no:cacheprovider", "test_trivial.py"]
+        variants = {
+            "plain": common + ["-p", "no:harness", "-p", "no:harness_workers"],
+            "with": common + [f"--harness-ledger-dir={root / 'ledger'}"],
+        }
+        wall(variants["plain"], root, env)  # warm the file system cache and bytecode
+        walls: dict[str, list[float]] = {name: [] for name in variants}
+        for round_ in range(options.rounds):
+            for name, args in variants.items():
+                walls[name].append(wall(args, root, env))
+            plain, with_plugin = walls["plain"][-1], walls["with"][-1]
+            print(f"round {round_ + 1}: plain {plain:.2f} s, with plugin {with_plugin:.2f} s")
+        plain, with_plugin = (statistics.median(walls[name]) for name in ("plain", "with"))
+        print(
+            f"{options.tests} trivial tests, median of {options.rounds}: plain {plain:.2f} s, "
+            f"with plugin {with_plugin:.2f} s, ratio {with_plugin / plain:.3f} (goal <= 1.05)"
+        )
+
+
+if __name__ == "__main__":
+    main()
