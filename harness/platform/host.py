@@ -31,7 +31,12 @@ class HostPlatform(Platform):
         return MemoryReading(memory.total - memory.available, memory.total)
 
     def node_memory(self) -> MemoryReading | None:
-        """NUMA node 0 (used = MemTotal - MemFree, the free figure vLLM checks), or None without NUMA info."""
+        """NUMA node 0, or None without NUMA info.
+
+        Free is what vLLM's CPU worker counts as available on the node: MemFree plus reclaimable page cache
+        (Active(file), Inactive(file), SReclaimable). MemFree alone reads GiB lower after file I/O and would make
+        a memory wait hold an engine vLLM itself would start.
+        """
         try:
             text = self._node_meminfo.read_text()
         except FileNotFoundError:
@@ -41,8 +46,9 @@ class HostPlatform(Platform):
             parts = line.split()  # "Node 0 MemTotal:   9136332 kB"
             if len(parts) >= 4 and parts[2].endswith(":"):
                 fields[parts[2][:-1]] = int(parts[3]) * 1024
+        reclaimable = sum(fields.get(key, 0) for key in ("Active(file)", "Inactive(file)", "SReclaimable"))
         try:
-            return MemoryReading(fields["MemTotal"] - fields["MemFree"], fields["MemTotal"])
+            return MemoryReading(fields["MemTotal"] - fields["MemFree"] - reclaimable, fields["MemTotal"])
         except KeyError:
             raise PlatformError(f"{self._node_meminfo} has no MemTotal/MemFree lines") from None
 
