@@ -245,6 +245,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     visible = _visible_gpus(config)
     serial = not hasattr(config, "workerinput")
+    narrowed = False
     for item, count in needing:
         if count > visible:
             item.add_marker(pytest.mark.skip(reason=f"needs {count} GPUs, {visible} visible"))
@@ -252,21 +253,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             platform = _detection(config).platform
             mask = ",".join(slot.mask for slot in slots(platform)[:count])
             item.stash[_NARROWED] = mask_variables(platform.name, mask)
+            narrowed = True
+    if narrowed and not config.pluginmanager.has_plugin("harness-narrowing"):
+        config.pluginmanager.register(_Narrowing(), "harness-narrowing")
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem):
-    """A ``gpus(n)`` test run serially sees its first n devices only (engines it spawns inherit that)."""
-    narrowed = item.stash.get(_NARROWED, None)
-    if narrowed is None:
-        return (yield)
-    saved = {name: os.environ.get(name) for name in narrowed}
-    os.environ.update(narrowed)
-    try:
-        return (yield)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+class _Narrowing:
+    """A ``gpus(n)`` test run serially sees its first n devices only (engines it spawns inherit that).
+
+    Registered only when such a test was collected, so other runs pay nothing per test.
+    """
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
+        narrowed = item.stash.get(_NARROWED, None)
+        if narrowed is None:
+            return (yield)
+        saved = {name: os.environ.get(name) for name in narrowed}
+        os.environ.update(narrowed)
+        try:
+            return (yield)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
