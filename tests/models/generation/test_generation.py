@@ -38,14 +38,17 @@ def check_logprobs_close(hf, vllm, atol: float = 1e-3) -> None:
 
 
 @pytest.fixture(scope="session")
-def hf_outputs(generation_model):
-    """Everything the class compares against, from one float32 HF start."""
-    with HfRunner(generation_model, dtype="float32") as hf:
-        return {
-            "greedy": hf.generate_greedy(PROMPTS, MAX_TOKENS),
-            "logprobs": hf.generate_greedy_logprobs(PROMPTS, MAX_TOKENS, NUM_LOGPROBS),
-            "beams": {w: hf.generate_beam_search(PROMPTS, w, MAX_TOKENS) for w in BEAM_WIDTHS},
-        }
+def hf_outputs(generation_model, session_cache):
+    """Everything the tests compare against, from one float32 HF start per model."""
+    key = ("hf_outputs", generation_model)
+    if key not in session_cache:
+        with HfRunner(generation_model, dtype="float32") as hf:
+            session_cache[key] = {
+                "greedy": hf.generate_greedy(PROMPTS, MAX_TOKENS),
+                "logprobs": hf.generate_greedy_logprobs(PROMPTS, MAX_TOKENS, NUM_LOGPROBS),
+                "beams": {w: hf.generate_beam_search(PROMPTS, w, MAX_TOKENS) for w in BEAM_WIDTHS},
+            }
+    return session_cache[key]
 
 
 @pytest.fixture(scope="class")

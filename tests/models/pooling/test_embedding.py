@@ -51,13 +51,16 @@ def threshold(runner: VllmRunner) -> float:
 
 
 @pytest.fixture(scope="session")
-def reference(pooling_model):
+def reference(pooling_model, session_cache):
     """sentence-transformers' float32 pooled and per-token embeddings of TEXTS, as NumPy, model closed."""
-    with HfRunner(pooling_model, dtype="float32", is_sentence_transformer=True) as hf:
-        return {
-            "embed": dict(zip(TEXTS, np.asarray(hf.embed(TEXTS)), strict=True)),
-            "tokens": dict(zip(TEXTS, hf.token_embed(TEXTS), strict=True)),
-        }
+    key = ("reference", pooling_model)
+    if key not in session_cache:
+        with HfRunner(pooling_model, dtype="float32", is_sentence_transformer=True) as hf:
+            session_cache[key] = {
+                "embed": dict(zip(TEXTS, np.asarray(hf.embed(TEXTS)), strict=True)),
+                "tokens": dict(zip(TEXTS, hf.token_embed(TEXTS), strict=True)),
+            }
+    return session_cache[key]
 
 
 @pytest.fixture(scope="class")
