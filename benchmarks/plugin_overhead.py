@@ -4,7 +4,7 @@
 
 Both variants run as fresh ``python -m pytest`` processes over the same generated file, alternating, on
 the CPU platform (this machine); "plain" is ``-p no:harness -p no:harness_workers``. "with" writes the
-ledger (one fsynced ``test`` event per test) into a temporary directory, as ``harness run`` does. The
+ledger (one flushed ``test`` event per test) into a temporary directory, as ``harness run`` does. The
 figure is the ratio of the medians; each round's walls are printed so noise is visible.
 """
 
@@ -38,13 +38,15 @@ def main() -> None:
         (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
         env = {**os.environ, "HARNESS_PLATFORM": "cpu"}
         common = ["-q", "-p", "no:cacheprovider", "test_trivial.py"]
-        variants = {
-            "plain": common + ["-p", "no:harness", "-p", "no:harness_workers"],
-            "with": common + [f"--harness-ledger-dir={root / 'ledger'}"],
-        }
-        wall(variants["plain"], root, env)  # warm the file system cache and bytecode
-        walls: dict[str, list[float]] = {name: [] for name in variants}
+        plain_args = common + ["-p", "no:harness", "-p", "no:harness_workers"]
+        wall(plain_args, root, env)  # warm the file system cache and bytecode
+        walls: dict[str, list[float]] = {"plain": [], "with": []}
         for round_ in range(options.rounds):
+            # a fresh ledger each round, as each harness run has: a reused one grows and is re-read
+            variants = {
+                "plain": plain_args,
+                "with": common + [f"--harness-ledger-dir={root / f'ledger{round_}'}"],
+            }
             for name, args in variants.items():
                 walls[name].append(wall(args, root, env))
             plain, with_plugin = walls["plain"][-1], walls["with"][-1]

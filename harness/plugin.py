@@ -19,7 +19,7 @@ from harness import admission, attribution, instrument, ledger
 _DIR = pytest.StashKey[Path]()
 _STARTED = pytest.StashKey[float]()
 _REPORTS = pytest.StashKey[dict]()
-_FIXTURE_BEFORE = pytest.StashKey[tuple]()
+_DEVICE = pytest.StashKey[str | None]()
 GIB = 2**30
 
 
@@ -94,6 +94,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         if writer is not None:
             writer.write(
                 "test",
+                sync=False,
                 nodeid=item.nodeid,
                 file=item.location[0],
                 outcome=_outcome(reports),
@@ -101,7 +102,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
                 call_s=_seconds(reports, "call"),
                 teardown_s=_seconds(reports, "teardown"),
                 worker=ledger.worker_name(),
-                device=_device(),
+                device=_device(item.config),
                 phase=os.environ.get("HARNESS_PHASE"),
             )
         attribution.leave_test()
@@ -125,9 +126,12 @@ def _outcome(reports: dict) -> str:
     return "passed"
 
 
-def _device() -> str | None:
-    devices = instrument.platform().devices()
-    return devices[0].uuid if devices else None
+def _device(config: pytest.Config) -> str | None:
+    """The UUID of this process's first visible device; read once, the pin does not change mid-session."""
+    if _DEVICE not in config.stash:
+        devices = instrument.platform().devices()
+        config.stash[_DEVICE] = devices[0].uuid if devices else None
+    return config.stash[_DEVICE]
 
 
 @pytest.hookimpl(wrapper=True)
