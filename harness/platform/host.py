@@ -33,9 +33,9 @@ class HostPlatform(Platform):
     def node_memory(self) -> MemoryReading | None:
         """NUMA node 0, or None without NUMA info.
 
-        Free is what vLLM's CPU worker counts as available on the node: MemFree plus reclaimable page cache
-        (Active(file), Inactive(file), SReclaimable). MemFree alone reads GiB lower after file I/O and would make
-        a memory wait hold an engine vLLM itself would start.
+        Free is what vLLM's CPU worker counts as available on the node: MemFree plus reclaimable page
+        cache (Active(file), Inactive(file), SReclaimable). MemFree alone reads GiB lower after file I/O
+        and would make a memory wait hold an engine vLLM itself would start.
         """
         try:
             text = self._node_meminfo.read_text()
