@@ -199,6 +199,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     merged = ledger.read(config.stash[_DIR])
     records = [r for r in merged.records if r["start"] >= since]
     findings = [f for f in merged.findings if f["t"] >= since]
+    if not records and not findings:
+        return  # a session that started no runner has nothing to account for
     started = [r for r in records if r["outcome"] in ("started", "never-stopped")]
     write = terminalreporter.write_line
     terminalreporter.write_sep("=", "harness: runner starts")
