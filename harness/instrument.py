@@ -159,22 +159,52 @@ class Run:
         self.writer.write(
             "runner-stopped", id=self.id, teardown_s=round(time.monotonic() - began, 3), mem_after_stop=after
         )
-        tolerance = settings().release_tolerance_gib * GIB
-        for uuid, used in after.items():
-            kept = used - self.mem_before.get(uuid, used)
-            if kept > tolerance:
-                self.writer.write(
-                    "finding",
-                    type="memory-not-released",
-                    runner=self.id,
-                    test=self.owner.test,
-                    message=f"{self.label()} from {self.owner.test} left {kept / GIB:.2f} GiB on {uuid} "
-                    f"after its stop (tolerance {settings().release_tolerance_gib:g} GiB)",
-                )
+        _unchecked.append(self)
+
+    def kept(self) -> dict[str, int]:
+        """Bytes per device above the pre-start level, now."""
+        return {uuid: used - self.mem_before.get(uuid, used) for uuid, used in _used(self.keys).items()}
 
     def watch(self, obj: Any) -> None:
         """Record the stop when ``obj`` is collected; a runner alive at exit stays ``never-stopped``."""
         weakref.finalize(obj, self.stop).atexit = False
+
+
+_unchecked: list[Run] = []  # stopped runners whose memory has not been checked yet
+RELEASE_WAIT_S = 2.0
+
+
+def check_released(wait_s: float = RELEASE_WAIT_S, poll_s: float = 0.1) -> None:
+    """A "memory-not-released" finding for each stopped runner whose memory did not come back.
+
+    Checked after the test (or fixture teardown) that stopped the runner, not at the stop itself: a runner's
+    own teardown goes on after its engine or model is gone (garbage collection, emptying torch's caching
+    allocator, the engine process being reaped), and memory needs those to come back. torch's cached but
+    unreferenced blocks are given back first, so only memory something still references counts.
+    """
+    if not _unchecked:
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    tolerance = settings().release_tolerance_gib * GIB
+    deadline = time.monotonic() + wait_s
+    while any(kept > tolerance for run in _unchecked for kept in run.kept().values()):
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
+    for run in _unchecked:
+        for uuid, kept in run.kept().items():
+            if kept > tolerance and run.writer is _writer:
+                run.writer.write(
+                    "finding",
+                    type="memory-not-released",
+                    runner=run.id,
+                    test=run.owner.test,
+                    message=f"{run.label()} from {run.owner.test} left {kept / GIB:.2f} GiB on {uuid} "
+                    f"after its stop (tolerance {settings().release_tolerance_gib:g} GiB)",
+                )
+    _unchecked.clear()
 
 
 def _wait(need: admission.Need) -> None:

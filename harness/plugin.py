@@ -89,6 +89,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     try:
         return (yield)
     finally:
+        instrument.check_released()  # runners this test (or a fixture torn down with it) stopped
         reports = item.stash[_REPORTS]
         writer = instrument.writer()
         if writer is not None:

@@ -119,7 +119,7 @@ def test_cuda_table_shows_devices(fake_gpus):
 
 def test_rocm_devices_and_sessions_from_the_suites_table(fake_gpus, tmp_path):
     (tmp_path / "pyproject.toml").write_text(
-        "[tool.harness.suites.pooling]\n[tool.harness.suites.generation]\n"
+        '[tool.harness.suites.pooling]\npaths = ["p"]\n[tool.harness.suites.generation]\npaths = ["g"]\n'
     )
     fake_gpus([gpu(0, total=192 * GIB, used=GIB, name="AMD Instinct MI300X")], vendor="amd")
     found = json.loads(doctor("--json").stdout)
