@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from harness.attribution import Owner
 from harness.errors import RunnerBlocked
+from harness.platform import allocator
 
 GIB = 2**30
 
@@ -122,13 +123,16 @@ def admit(
         if found is None:
             return
         short, explaining = found
+        if not collected:
+            # dropped runners' finalizers and torch's cached blocks give memory back: look again first
+            gc.collect()
+            allocator.empty_cache()
+            collected = True
+            continue
         if not explaining:
             wait(need)
             return
-        if not collected:
-            gc.collect()
-            collected = True
-        elif time.monotonic() >= deadline:
+        if time.monotonic() >= deadline:
             names = "; ".join(h.describe() for h in explaining)
             raise RunnerBlocked(f"{label} cannot start: {short}; held by {names}")
         time.sleep(poll_s)

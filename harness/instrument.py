@@ -26,6 +26,7 @@ from typing import Any
 from harness import admission, attribution
 from harness.errors import HarnessError, RunnerBlocked
 from harness.ledger import LedgerWriter
+from harness.platform import allocator
 
 GIB = 2**30
 VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature cannot be read
@@ -124,6 +125,10 @@ class Run:
         self.owner = attribution.current()
         self.keys = _device_keys(devices)
         self.mem_before = _used(self.keys)
+        self.fresh_context = not allocator.initialised()
+        self.context_bytes: dict[
+            str, int
+        ] = {}  # this process's new CUDA context: not the runner's to give back
         self.stopped = False
 
     def label(self) -> str:
@@ -132,6 +137,11 @@ class Run:
     def started(self, startup_s: float) -> None:
         after = _used(self.keys)
         self.writer.write("runner-started", id=self.id, startup_s=round(startup_s, 3), mem_after_start=after)
+        if self.fresh_context and allocator.initialised():
+            self.context_bytes = {
+                u: max(0, after.get(u, 0) - self.mem_before.get(u, 0) - allocator.reserved(i))
+                for i, u in self.keys.items()
+            }
         measured = {i: after.get(u, 0) - self.mem_before.get(u, 0) for i, u in self.keys.items()}
         declared = {i: self.need.bytes for i in self.devices} if self.need.bytes is not None else measured
         admission.hold(
@@ -163,7 +173,10 @@ class Run:
 
     def kept(self) -> dict[str, int]:
         """Bytes per device above the pre-start level, now."""
-        return {uuid: used - self.mem_before.get(uuid, used) for uuid, used in _used(self.keys).items()}
+        return {
+            uuid: used - self.mem_before.get(uuid, used) - self.context_bytes.get(uuid, 0)
+            for uuid, used in _used(self.keys).items()
+        }
 
     def watch(self, obj: Any) -> None:
         """Record the stop when ``obj`` is collected; a runner alive at exit stays ``never-stopped``."""
@@ -184,9 +197,7 @@ def check_released(wait_s: float = RELEASE_WAIT_S, poll_s: float = 0.1) -> None:
     """
     if not _unchecked:
         return
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
+    allocator.empty_cache()
     tolerance = settings().release_tolerance_gib * GIB
     deadline = time.monotonic() + wait_s
     while any(kept > tolerance for run in _unchecked for kept in run.kept().values()):

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.config import load_settings
 from harness.memory import settle
-from harness.platform import detect
+from harness.platform import allocator, detect
 
 # vLLM's CPU backend reserves ``gpu_memory_utilization`` x NUMA node 0 at start and refuses to start when
 # that much is not free: its 0.92 default fails on a 24 GiB host whose node 0 holds 7.6 GiB, 0.3 works
@@ -31,13 +31,10 @@ def _environment():
     return platform, load_settings(platform.name)
 
 
-def _free(platform) -> None:
+def _free() -> None:
     """After a runner's references are dropped: collect garbage, then empty the allocator's cache."""
     gc.collect()
-    if platform.name in ("cuda", "rocm"):
-        import torch  # ROCm builds of torch answer torch.cuda too
-
-        torch.cuda.empty_cache()
+    allocator.empty_cache()
 
 
 class VllmRunner:
@@ -87,7 +84,7 @@ class VllmRunner:
 
         self.llm.llm_engine.engine_core.shutdown(timeout=self.settings.shutdown_timeout_s)
         self.llm = None
-        _free(self.platform)
+        _free()
         cleanup_dist_env_and_memory()
         settle(self.platform, self.settings)
 
@@ -205,7 +202,7 @@ class HfRunner:
         if self.model is None:
             return
         self.model = self.tokenizer = None
-        _free(self.platform)
+        _free()
         settle(self.platform, self.settings)
 
     # --- pooling ---------------------------------------------------------------------------------------

@@ -1,0 +1,56 @@
+"""A fake ``torch`` whose ``torch.cuda`` has the caching allocator's API (names and bytes as in torch).
+
+Found on the H200: NVML counts what torch keeps cached after tensors die and the ~0.6 GiB context a
+process's first CUDA call creates. ``device_used()`` is what NVML would report for this process's device.
+Put it in ``sys.modules["torch"]`` (monkeypatch.setitem) for code that reads torch without importing it.
+"""
+
+from __future__ import annotations
+
+import types
+
+GIB = 2**30
+
+
+class FakeCuda:
+    def __init__(self, context_bytes: int = int(0.6 * GIB)):
+        self.context_bytes = context_bytes
+        self.initialised = False
+        self.allocated = 0  # bytes of live tensors
+        self.cached = 0  # bytes freed by tensors, kept by the allocator
+
+    # -- torch.cuda's API --------------------------------------------------------------------------------
+    def is_initialized(self) -> bool:
+        return self.initialised
+
+    def is_available(self) -> bool:
+        return True
+
+    def empty_cache(self) -> None:
+        self.cached = 0
+
+    def memory_reserved(self, device: int = 0) -> int:
+        return self.allocated + self.cached
+
+    def memory_allocated(self, device: int = 0) -> int:
+        return self.allocated
+
+    # -- what a test does with tensors ---------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> None:
+        self.initialised = True
+        take = min(self.cached, nbytes)  # cached blocks serve new tensors first
+        self.cached -= take
+        self.allocated += nbytes
+
+    def free(self, nbytes: int) -> None:
+        self.allocated -= nbytes
+        self.cached += nbytes
+
+    def device_used(self) -> int:
+        return (self.context_bytes if self.initialised else 0) + self.memory_reserved()
+
+
+def module(cuda: FakeCuda) -> types.ModuleType:
+    torch = types.ModuleType("torch")
+    torch.cuda = cuda
+    return torch

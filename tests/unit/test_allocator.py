@@ -1,0 +1,100 @@
+"""torch's caching allocator as the harness sees it, over a fake ``torch.cuda`` (what the H200 run showed)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from harness import admission, instrument, ledger
+from harness.platform import allocator
+from harness.platform.base import Device, MemoryReading, Platform
+from tests.fakes.torch_cuda import GIB, FakeCuda, module
+
+TOTAL = 80 * GIB
+BASE = GIB // 2  # what the driver reserves before any process runs
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    fake = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", module(fake))
+    return fake
+
+
+class OneGpu(Platform):
+    """An 80 GiB device whose used bytes are the driver's plus this process's (the fake torch's)."""
+
+    name = "cuda"
+    mask_variable = "CUDA_VISIBLE_DEVICES"
+
+    def __init__(self, cuda: FakeCuda):
+        self.cuda = cuda
+
+    def devices(self):
+        return [Device(0, 0, "fake H100", "GPU-0", "0000:10:00.0", TOTAL)]
+
+    def memory(self):
+        return {0: MemoryReading(BASE + self.cuda.device_used(), TOTAL)}
+
+
+def test_without_torch_nothing_is_cached_or_initialised(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert not allocator.initialised()
+    assert allocator.reserved(0) == 0
+    allocator.empty_cache()  # no torch: nothing to do, nothing imported
+    assert "torch" not in sys.modules
+
+
+def test_cached_blocks_of_a_torn_down_fixture_do_not_send_a_start_to_the_long_wait(cuda):
+    """H200: a class fixture's 84 GiB stayed in torch's cache after teardown; the next start waited 240 s."""
+    cuda.alloc(60 * GIB)
+    cuda.free(60 * GIB)  # the fixture is gone, its blocks are cached
+    waited = []
+    admission.admit(
+        "engine runner `own`",
+        admission.Need((0,), 50 * GIB),
+        memory=OneGpu(cuda).memory,
+        grace_s=0.2,
+        wait=waited.append,
+    )
+    assert waited == []
+    assert cuda.cached == 0
+
+
+@pytest.fixture
+def recording(cuda, tmp_path, monkeypatch):
+    platform = OneGpu(cuda)
+    monkeypatch.setattr(instrument, "platform", lambda: platform)
+    instrument.settings.cache_clear()
+    instrument.activate(ledger.LedgerWriter(tmp_path, worker="main"))
+    yield tmp_path
+    instrument.deactivate()
+    instrument.settings.cache_clear()
+
+
+def _hf_start(cuda: FakeCuda, model_bytes: int) -> instrument.Run:
+    with instrument.starting("hf", "m", {"model": "m"}) as run:
+        cuda.alloc(model_bytes)  # the load creates the context and puts the weights on the device
+    return run
+
+
+def test_the_context_a_first_load_creates_is_not_a_leak(cuda, recording):
+    """H200: a first HF load's CUDA context (0.6 GiB) read as 0.70 GiB "not released"."""
+    run = _hf_start(cuda, 2 * GIB)
+    cuda.free(2 * GIB)
+    run.stop()
+    instrument.check_released(wait_s=0)
+    assert ledger.read(recording).findings == []
+    assert run.context_bytes == {"GPU-0": cuda.context_bytes}
+
+
+def test_a_tensor_kept_past_the_stop_is_a_leak(cuda, recording):
+    run = _hf_start(cuda, 2 * GIB)
+    cuda.alloc(3 * GIB)  # leaked while the runner was alive
+    cuda.free(2 * GIB)
+    run.stop()
+    instrument.check_released(wait_s=0)
+    (finding,) = ledger.read(recording).findings
+    assert finding["type"] == "memory-not-released"
+    assert "left 3.00 GiB on GPU-0" in finding["message"]
