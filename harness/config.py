@@ -42,7 +42,9 @@ class Settings:
 PLATFORM_DEFAULTS = {
     "cuda": {},
     "rocm": {"settle": True, "shutdown_timeout_s": 60.0, "test_timeout_s": 1800.0},
-    "cpu": {},
+    # host memory moves with every process on the machine and with a process's first import of model code
+    # (allocator arenas, lazily loaded modules): 0.5 GiB read as leaks after clean HF and vLLM stops here
+    "cpu": {"release_tolerance_gib": 2.0},
 }
 
 _FIELDS = {field.name: field.type for field in dataclasses.fields(Settings)}

@@ -336,7 +336,8 @@ def _finish(out: Path, meta: dict, console, env: dict) -> None:
         timed_out = "yes" if phase["timed_out"] else ""
         table.add_row(phase["name"], str(phase["exit_code"]), f"{phase['wall_s']:.1f}", timed_out)
     console.print(table)
-    kinds = Counter(record["kind"] for record in read(out / "ledger").records)
+    records = read(out / "ledger").records
+    kinds = Counter(r["kind"] for r in records if r["outcome"] in ("started", "never-stopped"))
     shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"
     console.print(f"runner starts by kind: {shown}")
     finalize(out, env=env)

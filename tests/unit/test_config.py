@@ -31,6 +31,8 @@ def test_defaults_per_platform(tmp_path):
     assert (cuda.shutdown_timeout_s, rocm.shutdown_timeout_s) == (None, 60.0)
     assert (cuda.test_timeout_s, rocm.test_timeout_s, cpu.test_timeout_s) == (900.0, 1800.0, 900.0)
     assert rocm.settle_floor_gib == 4.0 and rocm.settle_ratio == 0.05 and rocm.settle_timeout_s == 240.0
+    tolerances = (cuda.release_tolerance_gib, rocm.release_tolerance_gib, cpu.release_tolerance_gib)
+    assert tolerances == (0.5, 0.5, 2.0)
 
 
 def test_platform_table_overrides_top_level_and_env_overrides_both(pyproject):
@@ -127,11 +129,11 @@ def test_suites_and_ci_tables_pass_through(pyproject):
         platforms = ["cpu"]
         """
     )
-    assert load_settings("cpu", path, env={}) == Settings()
+    assert load_settings("cuda", path, env={}) == Settings()
 
 
 def test_unrelated_harness_variables_are_not_keys():
-    assert load_settings("cpu", None, env={"HARNESS_PLATFORM": "cpu", "HARNESS_PHASE": "x"}) == Settings()
+    assert load_settings("cuda", None, env={"HARNESS_PLATFORM": "cuda", "HARNESS_PHASE": "x"}) == Settings()
 
 
 def test_broken_toml_names_file_and_line(pyproject):
