@@ -340,5 +340,13 @@ def _finish(out: Path, meta: dict, console, env: dict) -> None:
     kinds = Counter(r["kind"] for r in records if r["outcome"] in ("started", "never-stopped"))
     shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"
     console.print(f"runner starts by kind: {shown}")
-    finalize(out, env=env)
+    report = finalize(out, env=env)
     console.print(f"report: {out / 'report.json'}")
+    outcomes = Counter()
+    for phase in report["phases"]:
+        outcomes.update(phase.get("outcomes", {}))
+    # the run's closing line, in the form CI log readers take for a test runner's
+    print(
+        f"harness: {outcomes['passed']} passed, {outcomes['failed'] + outcomes['error']} failed, "
+        f"{outcomes['skipped']} skipped"
+    )

@@ -18,7 +18,6 @@ from harness import admission, attribution, instrument, ledger
 
 _DIR = pytest.StashKey[Path]()
 _STARTED = pytest.StashKey[float]()
-_REPORTS = pytest.StashKey[dict]()
 _DEVICE = pytest.StashKey[str | None]()
 GIB = 2**30
 
@@ -61,6 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
     writer = ledger.LedgerWriter(config.stash[_DIR])
     instrument.activate(writer)
     instrument.install()
+    config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
     from harness.workers import worker_event
 
     writer.write("worker", **worker_event(config))
@@ -80,32 +80,39 @@ class _Controller:
         node.workerinput["harness_ledger_dir"] = str(self.directory)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem):
-    if not _enabled(item.config):
-        return (yield)
-    attribution.enter_test(item.nodeid, item.location[0])
-    item.stash[_REPORTS] = {}
-    try:
-        return (yield)
-    finally:
+class _Recorder:
+    """One session's test events, from pytest's plain report hooks.
+
+    Plain hooks rather than wrappers around the run protocol: this runs for every test, and wrappers
+    cost more per call. One object per session, so a pytest run inside a test (pytester) keeps its own.
+    """
+
+    def __init__(self, config: pytest.Config, writer: ledger.LedgerWriter):
+        self.config, self.writer = config, writer
+        self.reports: dict[str, pytest.TestReport] = {}
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
+        attribution.enter_test(nodeid, location[0])
+        self.reports = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.reports[report.when] = report
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
         instrument.check_released()  # runners this test (or a fixture torn down with it) stopped
-        reports = item.stash[_REPORTS]
-        writer = instrument.writer()
-        if writer is not None:
-            writer.write(
-                "test",
-                sync=False,
-                nodeid=item.nodeid,
-                file=item.location[0],
-                outcome=_outcome(reports),
-                setup_s=_seconds(reports, "setup"),
-                call_s=_seconds(reports, "call"),
-                teardown_s=_seconds(reports, "teardown"),
-                worker=ledger.worker_name(),
-                device=_device(item.config),
-                phase=os.environ.get("HARNESS_PHASE"),
-            )
+        self.writer.write(
+            "test",
+            sync=False,
+            nodeid=nodeid,
+            file=location[0],
+            outcome=_outcome(self.reports),
+            setup_s=_seconds(self.reports, "setup"),
+            call_s=_seconds(self.reports, "call"),
+            teardown_s=_seconds(self.reports, "teardown"),
+            worker=self.writer.worker,
+            device=_device(self.config),
+            phase=os.environ.get("HARNESS_PHASE"),
+        )
         attribution.leave_test()
 
 
@@ -133,14 +140,6 @@ def _device(config: pytest.Config) -> str | None:
         devices = instrument.platform().devices()
         config.stash[_DEVICE] = devices[0].uuid if devices else None
     return config.stash[_DEVICE]
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call):
-    report = yield
-    if _REPORTS in item.stash:
-        item.stash[_REPORTS][report.when] = report
-    return report
 
 
 @pytest.hookimpl(wrapper=True)
