@@ -9,6 +9,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# what decides the platform and its masks: cleared so the machine running the tests does not leak in
+PLATFORM_VARIABLES = (
+    "HARNESS_PLATFORM",
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+)
 _MODULES = {
     "nvidia": ("HARNESS_NVML_MODULE", "tests.fakes.pynvml"),
     "amd": ("HARNESS_AMDSMI_MODULE", "tests.fakes.amdsmi"),
@@ -23,12 +30,7 @@ def fake_gpus(monkeypatch, tmp_path):
     exist, so detection is the same on any machine. The environment is set for subprocesses too.
     """
     path = tmp_path / "fake_gpus.json"
-    for variable in (
-        "HARNESS_PLATFORM",
-        "CUDA_VISIBLE_DEVICES",
-        "HIP_VISIBLE_DEVICES",
-        "ROCR_VISIBLE_DEVICES",
-    ):
+    for variable in PLATFORM_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 

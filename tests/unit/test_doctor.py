@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from harness.platform.host import NODE0_MEMINFO
+from tests.conftest import PLATFORM_VARIABLES
 from tests.fakes import gpu
 
 GIB = 2**30
@@ -31,12 +32,7 @@ def doctor(*args, **env):
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch, tmp_path):
-    for variable in (
-        "HARNESS_PLATFORM",
-        "CUDA_VISIBLE_DEVICES",
-        "HIP_VISIBLE_DEVICES",
-        "ROCR_VISIBLE_DEVICES",
-    ):
+    for variable in PLATFORM_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.chdir(tmp_path)  # no pyproject: the suites come from the one we write in a test
 
