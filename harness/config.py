@@ -32,6 +32,7 @@ class Settings:
     memory_wait_timeout_s: float = 240.0
     block_grace_s: float = 3.0
     release_tolerance_gib: float = 0.5
+    memory_sample_s: float = 5.0
     test_timeout_s: float = 900.0
     phase_timeout_s: float | None = None
     cpu_workers: int = 1

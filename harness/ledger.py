@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ class LedgerWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / f"{self.worker}.jsonl"
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+        self._lock = threading.Lock()  # the memory sampler writes from its own thread
         self._ids = itertools.count(self._next_id_number())
 
     def _next_id_number(self) -> int:
@@ -48,10 +50,12 @@ class LedgerWriter:
         run, only flush (an fsync each doubled the wall of 2000 trivial tests).
         """
         record = {"event": event, "t": time.time(), **fields}
-        self._file.write(json.dumps(record, default=str) + "\n")
-        self._file.flush()
-        if sync:
-            os.fsync(self._file.fileno())
+        line = json.dumps(record, default=str) + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+            if sync:
+                os.fsync(self._file.fileno())
         return record
 
     def close(self) -> None:
@@ -66,6 +70,7 @@ class Ledger:
     findings: list[dict] = field(default_factory=list)
     tests: list[dict] = field(default_factory=list)
     workers: list[dict] = field(default_factory=list)
+    samples: list[dict] = field(default_factory=list)  # ``memory`` events: {"t", "used": {uuid: bytes}}
 
 
 def _events(path: Path):
@@ -84,7 +89,7 @@ def _events(path: Path):
 
 
 def read(directory: str | os.PathLike) -> Ledger:
-    """Merge every ``*.jsonl`` below ``directory`` into records, findings, tests and workers."""
+    """Merge every ``*.jsonl`` below ``directory`` into records, findings, tests, workers and samples."""
     ledger = Ledger()
     by_id: dict[tuple[Path, str], dict] = {}
     for path in sorted(Path(directory).rglob("*.jsonl")):
@@ -134,6 +139,8 @@ def read(directory: str | os.PathLike) -> Ledger:
                 ledger.tests.append(event)
             elif kind == "worker":
                 ledger.workers.append(event)
+            elif kind == "memory":
+                ledger.samples.append(event)
     for record in ledger.records:
         if record["outcome"] == "never-stopped":
             ledger.findings.append(

@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from harness import admission, attribution, instrument, ledger
+from harness.sampler import MemorySampler
 
 _DIR = pytest.StashKey[Path]()
 _STARTED = pytest.StashKey[float]()
 _DEVICE = pytest.StashKey[str | None]()
+_SAMPLER = pytest.StashKey[MemorySampler]()
 GIB = 2**30
 
 
@@ -61,12 +63,17 @@ def pytest_configure(config: pytest.Config) -> None:
     instrument.activate(writer)
     instrument.install()
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
+    interval = instrument.settings().memory_sample_s
+    if interval > 0:
+        config.stash[_SAMPLER] = MemorySampler(writer, instrument.platform(), interval).start()
     from harness.workers import worker_event
 
     writer.write("worker", **worker_event(config))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _SAMPLER in config.stash:
+        config.stash[_SAMPLER].stop()
     instrument.deactivate()
 
 

@@ -106,7 +106,7 @@ def build(run_dir: Path, env: Mapping[str, str]) -> dict:
     if not names and not (run_dir / "phases.json").exists():
         raise ReportError(f"{run_dir} is not a run directory (no phases.json, no ledger/)")
 
-    records, findings, tests, workers = [], [], [], []
+    records, findings, tests, workers, samples = [], [], [], [], []
     for name in names:
         directory = ledger_root / name
         if not directory.is_dir():
@@ -120,6 +120,7 @@ def build(run_dir: Path, env: Mapping[str, str]) -> dict:
         findings += ledger.findings
         tests += ledger.tests
         workers += ledger.workers
+        samples += ledger.samples
 
     by_phase = {phase["name"]: phase for phase in meta["phases"]}
     phases = []
@@ -143,6 +144,7 @@ def build(run_dir: Path, env: Mapping[str, str]) -> dict:
         "records": records,
         "findings": findings,
         "workers": workers,
+        "samples": sorted(samples, key=lambda sample: sample["t"]),
         "starts": starts(records),
         "files": files(tests),
         "advice": advisor.advise(records),

@@ -88,7 +88,7 @@ def svg(report: dict) -> str:
             if set(device.split(",")) & set(a.get("devices") or []):
                 _overlap_band(lane, a, b, x(both_start), x(both_end), y, len(rows) * ROW)
         first = device.split(",")[0]
-        _memory(lane, records, first, totals.get(first), x, y + len(rows) * ROW)
+        _memory(lane, records, report.get("samples", []), first, totals.get(first), x, y + len(rows) * ROW)
         y += heights[(worker, device)] + GAP
 
     legend = ET.SubElement(root, "g", {"class": "legend"})
@@ -233,9 +233,10 @@ def _model_name(model: str) -> str:
     return "/".join(parts[-2:]) if model.startswith(("/", ".")) else parts[-1]
 
 
-def _memory(lane: ET.Element, records: list[dict], device: str, total, x, y: float) -> None:
-    """Used memory of the lane's device at every sample the ledger holds (any worker's), as a step line."""
-    samples = []
+def _memory(lane: ET.Element, records: list[dict], sampled: list[dict], device: str, total, x, y) -> None:
+    """Used memory of the lane's device, as a step line: the readings at each runner start and stop, and
+    the background sampler's (any worker's)."""
+    samples = [(s["t"], s["used"][device]) for s in sampled if s.get("used", {}).get(device) is not None]
     for record in records:
         for t, reading in (
             (record["start"], record.get("mem_before")),

@@ -1,0 +1,40 @@
+"""A light background sampler of device memory, so the timeline shows memory between runner events too.
+
+One daemon thread per pytest process with a ledger reads the platform's memory (one NVML poll of every
+device is ~18 µs on two H200s) every ``memory_sample_s`` seconds and appends a ``memory`` event. Samples
+are flushed, not fsynced: they are a picture, and the runner events that matter are synced.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from harness.ledger import LedgerWriter
+from harness.platform import Platform
+
+
+class MemorySampler:
+    def __init__(self, writer: LedgerWriter, platform: Platform, interval_s: float):
+        self.writer, self.platform, self.interval_s = writer, platform, interval_s
+        self._uuids = {device.index: device.uuid for device in platform.devices()}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="harness-memory-sampler", daemon=True)
+
+    def start(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> None:
+        readings = self.platform.memory()
+        used = {self._uuids[i]: r.used_bytes for i, r in readings.items() if i in self._uuids}
+        self.writer.write("memory", sync=False, used=used)
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.interval_s):
+                return

@@ -1,0 +1,54 @@
+"""The background memory sampler: ``memory`` events in the ledger, and their points on the timeline."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+
+from harness.report import finalize
+from tests.fakes import gpu
+from tests.unit.report_runs import GIB, run_suite
+
+pytest_plugins = ["pytester"]
+SVG = "{http://www.w3.org/2000/svg}"
+
+SUITE = """
+import json, os, time
+from pathlib import Path
+from tests.unit.runner_suites.fake_runner import FakeRunner
+
+def test_engine_and_a_tensor_outside_any_runner():
+    with FakeRunner("e5", gpu_memory_utilization=0.25):
+        time.sleep(0.4)
+    path = Path(os.environ["FAKE_GPUS_FILE"])
+    gpus = json.loads(path.read_text())
+    gpus[0]["used"] += 30 * 2**30  # memory no runner event reads: only the sampler sees it
+    path.write_text(json.dumps(gpus))
+    time.sleep(0.4)
+"""
+
+
+def test_samples_reach_the_ledger_report_and_timeline(pytester, monkeypatch, fake_gpus):
+    fake_gpus([gpu(0, total=80 * GIB, used=GIB)])
+    monkeypatch.setenv("HARNESS_MEMORY_SAMPLE_S", "0.05")
+    result, run_dir = run_suite(pytester, monkeypatch, {"test_sampled": SUITE})
+    result.assert_outcomes(passed=1)
+    report = finalize(run_dir, env=dict(os.environ), publish=False)
+    used = [sample["used"][gpu(0)["uuid"]] for sample in report["samples"]]
+    assert len(used) >= 10
+    assert used[0] == GIB and max(used) == 31 * GIB  # idle at the start, then the write outside runners
+    assert [s["t"] for s in report["samples"]] == sorted(s["t"] for s in report["samples"])
+    [memory] = [
+        g for g in ET.parse(run_dir / "timeline.svg").getroot().iter(f"{SVG}g") if g.get("class") == "memory"
+    ]
+    points = memory.find(f"{SVG}polyline").get("points").split()
+    assert len(points) >= 2 * len(used) - 1  # every sample is a step on the line, besides the runner's
+    assert [t.text for t in memory.iter(f"{SVG}text")] == ["mem 31.0 / 80 GiB"]
+
+
+def test_zero_turns_the_sampler_off(pytester, monkeypatch, fake_gpus):
+    fake_gpus([gpu(0, total=80 * GIB, used=GIB)])
+    monkeypatch.setenv("HARNESS_MEMORY_SAMPLE_S", "0")
+    result, run_dir = run_suite(pytester, monkeypatch, {"test_sampled": SUITE})
+    result.assert_outcomes(passed=1)
+    assert finalize(run_dir, env=dict(os.environ), publish=False)["samples"] == []
