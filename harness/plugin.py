@@ -78,13 +78,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 class _Controller:
-    """Hands the controller's ledger directory to every xdist worker."""
+    """Hands the controller's ledger directory to every xdist worker, and records workers that crash.
+
+    A crashed worker (SIGKILL, pytest-timeout's thread method ending it with ``os._exit``) cannot say so
+    itself; the controller writes the finding into its own ``controller.jsonl``.
+    """
 
     def __init__(self, directory: Path):
         self.directory = directory
+        self.writer: ledger.LedgerWriter | None = None
 
     def pytest_configure_node(self, node) -> None:
         node.workerinput["harness_ledger_dir"] = str(self.directory)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report, sched) -> None:
+        self.writer = self.writer or ledger.LedgerWriter(self.directory, worker="controller")
+        message = str(report.longrepr).strip().splitlines()[0]
+        self.writer.write("finding", type="worker-crash", test=crashitem, message=message)
 
 
 class _Recorder:
@@ -104,6 +115,10 @@ class _Recorder:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reports[report.when] = report
+        if report.failed and _timed_out(report):
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = crash.message if crash is not None else report.longreprtext.strip().splitlines()[-1]
+            self.writer.write("finding", type="timeout", test=report.nodeid, message=message)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
         instrument.check_released()  # runners this test (or a fixture torn down with it) stopped
@@ -121,6 +136,15 @@ class _Recorder:
             phase=os.environ.get("HARNESS_PHASE"),
         )
         attribution.leave_test()
+
+
+def _timed_out(report: pytest.TestReport) -> bool:
+    """Whether pytest-timeout failed this test (its signal method fails it with its own message)."""
+    from pytest_timeout import PYTEST_FAILURE_MESSAGE
+
+    before, after = PYTEST_FAILURE_MESSAGE.split("%s")
+    text = report.longreprtext
+    return before in text and after in text
 
 
 def _seconds(reports: dict, when: str) -> float | None:

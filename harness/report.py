@@ -123,6 +123,17 @@ def build(run_dir: Path, env: Mapping[str, str]) -> dict:
         samples += ledger.samples
 
     by_phase = {phase["name"]: phase for phase in meta["phases"]}
+    for phase in meta["phases"]:
+        if phase.get("timed_out"):
+            findings.append(
+                {
+                    "type": "timeout",
+                    "t": phase["started"] + phase["wall_s"],
+                    "phase": phase["name"],
+                    "message": f"phase {phase['name']} ran past its timeout ({phase['wall_s']:.0f} s) "
+                    "and was stopped; its remaining tests did not run",
+                }
+            )
     phases = []
     for name in names:
         phase = dict(by_phase.get(name, {"name": name, "started": None, "wall_s": None, "exit_code": None}))
