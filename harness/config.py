@@ -9,6 +9,7 @@ typo fails on every CI agent alike. ``[tool.harness.suites]`` and ``[tool.harnes
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -78,6 +79,8 @@ def _typed(label: str, key: str, value):
     }[base]
     if not ok:
         raise ConfigError(f"{label}: expected {_expected(kind)}, got {value!r}")
+    if base == "float" and not math.isfinite(value):  # nan compares false both ways: it would slip through
+        raise ConfigError(f"{label}: expected a finite number, got {value!r}")
     if base in ("float", "int") and value < (1 if base == "int" else 0):
         raise ConfigError(f"{label}: expected {'≥ 1' if base == 'int' else '≥ 0'}, got {value!r}")
     if key == "settle_ratio" and value > 1:

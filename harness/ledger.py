@@ -32,6 +32,8 @@ class LedgerWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / f"{self.worker}.jsonl"
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+        if self._file.tell() and not self.path.read_bytes().endswith(b"\n"):
+            self._file.write("\n")  # a predecessor killed mid-line: keep our first event off its torn line
         self._lock = threading.Lock()  # the memory sampler writes from its own thread
         self._ids = itertools.count(self._next_id_number())
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import admission, attribution, instrument, ledger
+from harness.errors import HarnessError
 from harness.sampler import MemorySampler
 
 _DIR = pytest.StashKey[Path]()
@@ -46,11 +47,15 @@ def _is_controller(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("no_harness"):
         return
+    try:  # a broken [tool.harness] or device mask is one line, not an INTERNALERROR
+        platform, settings = instrument.platform(), instrument.settings()
+    except HarnessError as error:
+        raise pytest.UsageError(str(error)) from None
     workerinput = getattr(config, "workerinput", {})
     directory = (
         workerinput.get("harness_ledger_dir")
         or config.getoption("harness_ledger_dir")
-        or os.environ.get("HARNESS_LEDGER_DIR")
+        or settings.ledger_dir  # [tool.harness] ledger_dir, or HARNESS_LEDGER_DIR
         or tempfile.mkdtemp(prefix="harness-ledger-")
     )
     config.stash[_DIR] = Path(directory).resolve()
@@ -63,9 +68,8 @@ def pytest_configure(config: pytest.Config) -> None:
     instrument.activate(writer)
     instrument.install()
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
-    interval = instrument.settings().memory_sample_s
-    if interval > 0:
-        config.stash[_SAMPLER] = MemorySampler(writer, instrument.platform(), interval).start()
+    if settings.memory_sample_s > 0:
+        config.stash[_SAMPLER] = MemorySampler(writer, platform, settings.memory_sample_s).start()
     from harness.workers import worker_event
 
     writer.write("worker", **worker_event(config))
@@ -94,7 +98,7 @@ class _Controller:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report, sched) -> None:
         self.writer = self.writer or ledger.LedgerWriter(self.directory, worker="controller")
-        message = str(report.longrepr).strip().splitlines()[0]
+        message = (str(report.longrepr).strip().splitlines() or [f"a worker crashed running {crashitem}"])[0]
         self.writer.write("finding", type="worker-crash", test=crashitem, message=message)
 
 

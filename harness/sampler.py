@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 
+from harness.errors import HarnessError
 from harness.ledger import LedgerWriter
 from harness.platform import Platform
 
@@ -35,6 +36,10 @@ class MemorySampler:
 
     def _run(self) -> None:
         while True:
-            self.sample()
+            try:
+                self.sample()
+            except HarnessError as error:  # the management library stopped answering: say so, stop sampling
+                self.writer.write("finding", type="sampler-stopped", message=str(error))
+                return
             if self._stop.wait(self.interval_s):
                 return

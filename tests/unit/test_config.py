@@ -161,3 +161,10 @@ def test_settings_are_frozen():
 def test_unknown_platform_name():
     with pytest.raises(ConfigError, match="platform 'tpu'"):
         load_settings("tpu", None, env={})
+
+
+@pytest.mark.parametrize("text", ["nan", "inf"])
+def test_non_finite_numbers_are_refused_by_name(text):
+    """nan compares false with every bound: a nan block_grace_s made admission poll forever."""
+    with pytest.raises(ConfigError, match=rf"^HARNESS_BLOCK_GRACE_S: expected a finite number, got {text}"):
+        load_settings("cuda", None, env={"HARNESS_BLOCK_GRACE_S": text})

@@ -79,3 +79,16 @@ def test_a_restarted_worker_keeps_runner_ids_unique(tmp_path):
 
 def test_reading_an_empty_or_missing_directory_gives_an_empty_ledger(tmp_path):
     assert ledger.read(tmp_path / "absent") == ledger.Ledger()
+
+
+def test_a_restarted_worker_does_not_glue_its_first_event_onto_a_torn_line(tmp_path):
+    first = ledger.LedgerWriter(tmp_path, worker="gw0")
+    _start(first)
+    first.close()
+    with open(tmp_path / "gw0.jsonl", "a") as handle:
+        handle.write('{"event": "test", "nodeid": "t.py::kil')  # the predecessor died mid-write
+    replacement = ledger.LedgerWriter(tmp_path, worker="gw0")
+    replacement.write("worker", worker="gw0", devices=["GPU-0"], mask="0", pid=2)
+    merged = ledger.read(tmp_path)
+    assert [w["pid"] for w in merged.workers] == [2]
+    assert len(merged.records) == 1

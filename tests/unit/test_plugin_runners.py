@@ -270,3 +270,12 @@ def test_no_harness_records_nothing(run):
     result.assert_outcomes(passed=1)
     assert merged.records == [] and merged.tests == []
     assert "runner starts" not in result.stdout.str()
+
+
+def test_a_broken_harness_table_is_one_line_not_an_internal_error(pytester):
+    pytester.makepyprojecttoml('[tool.harness]\nsettle_ratio = "x"\n')
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--timeout", "5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
+    result.stderr.fnmatch_lines(["ERROR: [[]tool.harness[]] settle_ratio: expected a number, got 'x'"])
