@@ -252,7 +252,12 @@ def starting(
     _starting.active = True
     try:
         totals = {d.index: d.total_bytes for d in platform().devices()}
-        need_bytes = None if fraction is None else int(fraction * min(totals[i] for i in devices))
+        # more ranks than visible devices (the CPU has one; a pinned worker one GPU): account for what is
+        # visible and let the runner itself refuse what it cannot have
+        devices = tuple(d for d in devices if d in totals) or tuple(totals)[:1]
+        need_bytes = None
+        if fraction is not None and devices:
+            need_bytes = int(fraction * min(totals[i] for i in devices))
         # vLLM's CPU backend checks node memory itself and fails at once; what it cannot see there is
         # another live engine, so on the CPU admission checks the declared fractions only
         measured = need_bytes if platform().name != "cpu" else None
@@ -325,7 +330,8 @@ def _patch_vllm(module) -> None:
         __tracebackhide__ = True
         config = normalise(original, (self, *args), kwargs)
         fraction = float(config.get("gpu_memory_utilization", default))
-        devices = tuple(range(int(config.get("tensor_parallel_size", 1))))
+        ranks = int(config.get("tensor_parallel_size", 1)) * int(config.get("pipeline_parallel_size", 1))
+        devices = tuple(range(ranks))
         with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
             original(self, *args, **kwargs)
         if run is not None:

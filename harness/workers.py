@@ -28,6 +28,7 @@ PLATFORM = "harness_platform"  # workerinput key: the controller's platform name
 _DETECTION = pytest.StashKey()
 _SETTINGS = pytest.StashKey()
 _NARROWED = pytest.StashKey[dict]()
+_INVALID = pytest.StashKey[str]()
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,18 @@ def _needed(item: pytest.Item) -> int | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip ``gpus(n)`` tests this process cannot serve, saying how many GPUs they need and see."""
-    needing = [(item, count) for item in items if (count := _needed(item)) is not None]
+    needing = []
+    for item in items:
+        try:
+            count = _needed(item)
+        except pytest.UsageError as error:
+            if not hasattr(config, "workerinput"):
+                raise
+            # an xdist worker cannot end the session with a usage error (xdist reports an INTERNALERROR)
+            item.stash[_INVALID] = str(error)
+            continue
+        if count is not None:
+            needing.append((item, count))
     if not needing:
         return
     visible = _visible_gpus(config)
@@ -256,6 +268,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             narrowed = True
     if narrowed and not config.pluginmanager.has_plugin("harness-narrowing"):
         config.pluginmanager.register(_Narrowing(), "harness-narrowing")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under xdist, a test with a malformed ``gpus`` marker fails with the message a serial run stops on."""
+    message = item.stash.get(_INVALID, None)
+    if message is not None:
+        pytest.fail(message, pytrace=False)
 
 
 class _Narrowing:

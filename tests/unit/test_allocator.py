@@ -98,3 +98,12 @@ def test_a_tensor_kept_past_the_stop_is_a_leak(cuda, recording):
     (finding,) = ledger.read(recording).findings
     assert finding["type"] == "memory-not-released"
     assert "left 3.00 GiB on GPU-0" in finding["message"]
+
+
+def test_more_ranks_than_visible_devices_are_accounted_on_the_visible_ones(cuda, recording):
+    """tensor_parallel_size=2 on a worker pinned to one GPU: recorded there, not a KeyError."""
+    with instrument.starting("vllm", "m", {"tensor_parallel_size": 2}, fraction=0.5, devices=(0, 1)) as run:
+        cuda.alloc(GIB)
+    (record,) = ledger.read(recording).records
+    assert record["devices"] == ["GPU-0"] and record["need_bytes"] == TOTAL // 2
+    assert run.devices == (0,)

@@ -242,3 +242,10 @@ def test_users_timeout_option_wins_over_the_platform_default(cuda4, session, mon
     result = session("-n", "1", "--timeout", "1", tests=HANGS)
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*Timeout (>1.0s)*"])
+
+
+def test_a_bad_gpus_marker_under_xdist_fails_its_test_not_the_session(cuda4, session):
+    result = session("-n", "2", tests="import pytest\n@pytest.mark.gpus('two')\ndef test_x():\n    pass\n")
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test_file.py::test_x: the gpus marker takes one positive integer*"])
