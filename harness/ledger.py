@@ -64,6 +64,11 @@ class LedgerWriter:
         self._file.close()
 
 
+def started(records: list[dict]) -> list[dict]:
+    """The records of runners that did start (a blocked or failed start is counted apart)."""
+    return [r for r in records if r["outcome"] in ("started", "never-stopped")]
+
+
 @dataclass
 class Ledger:
     """The merged view of a ledger directory (all workers, all phases below it)."""

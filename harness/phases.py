@@ -326,7 +326,6 @@ def _write(out: Path, meta: dict) -> None:
 def _finish(out: Path, meta: dict, console, env: dict) -> None:
     from rich.table import Table
 
-    from harness.ledger import read
     from harness.report import finalize
 
     table = Table(title=f"{meta['suite']} on {meta['platform']}")
@@ -336,11 +335,10 @@ def _finish(out: Path, meta: dict, console, env: dict) -> None:
         timed_out = "yes" if phase["timed_out"] else ""
         table.add_row(phase["name"], str(phase["exit_code"]), f"{phase['wall_s']:.1f}", timed_out)
     console.print(table)
-    records = read(out / "ledger").records
-    kinds = Counter(r["kind"] for r in records if r["outcome"] in ("started", "never-stopped"))
+    report = finalize(out, env=env)
+    kinds = report["starts"]["total"]["by_kind"]
     shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"
     console.print(f"runner starts by kind: {shown}")
-    report = finalize(out, env=env)
     console.print(f"report: {out / 'report.json'}")
     outcomes = Counter()
     for phase in report["phases"]:

@@ -236,7 +236,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     findings = [f for f in merged.findings if f["t"] >= since]
     if not records and not findings:
         return  # a session that started no runner has nothing to account for
-    started = [r for r in records if r["outcome"] in ("started", "never-stopped")]
+    started = ledger.started(records)
     write = terminalreporter.write_line
     terminalreporter.write_sep("=", "harness: runner starts")
     blocked = sum(r["outcome"] == "blocked" for r in records)

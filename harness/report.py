@@ -25,6 +25,7 @@ from pathlib import Path
 from harness import advisor, junit, summary, timeline
 from harness.errors import HarnessError, ReportError
 from harness.ledger import read as read_ledger
+from harness.ledger import started
 
 VERSION = 1
 
@@ -178,10 +179,10 @@ def starts(records: Iterable[dict]) -> dict:
 
     def tally(group: list[dict]) -> dict:
         return {
-            "starts": len(group),
-            "failed": sum(r["outcome"] in ("failed", "blocked") for r in group),
+            "starts": len(started(group)),
+            "failed": len(group) - len(started(group)),
             "startup_s": round(sum(r.get("startup_s") or 0.0 for r in group), 3),
-            "by_kind": dict(Counter(r["kind"] for r in group)),
+            "by_kind": dict(Counter(r["kind"] for r in started(group))),
         }
 
     records = list(records)
