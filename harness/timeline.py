@@ -30,7 +30,21 @@ BANDS = ("#f8f9fa", "#eef1f4")
 
 def svg(report: dict) -> str:
     """The timeline SVG text of a report."""
-    records = sorted(report["records"], key=lambda r: r["start"])
+    ends = {
+        p["name"]: p["started"] + p["wall_s"]
+        for p in report["phases"]
+        if p.get("started") is not None and p.get("wall_s") is not None
+    }
+    # a runner never stopped died with its phase's processes at the latest: later phases do not overlap it
+    records = sorted(
+        (
+            {**r, "stop": ends[r["phase"]]}
+            if r["outcome"] == "never-stopped" and r.get("stop") is None and r.get("phase") in ends
+            else r
+            for r in report["records"]
+        ),
+        key=lambda r: r["start"],
+    )
     start, end = _extent(report, records)
     span = max(end - start, 1e-6)
 

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from harness.report import finalize
 from harness.timeline import overlaps
 from tests.fakes import gpu
-from tests.unit.report_runs import GIB, T0, overlap_run, run_suite
+from tests.unit.report_runs import GIB, T0, Run, overlap_run, run_suite
 
 pytest_plugins = ["pytester"]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -131,3 +131,14 @@ def test_big_own_engine():
         {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": gpu(0)["uuid"], "total_bytes": 80 * GIB}
     ]
     assert all(r["start"] > T0 for r in report["records"])
+
+
+def test_a_runner_never_stopped_does_not_overlap_the_next_phase(tmp_path):
+    """Its worker died with the phase; a later phase's runner on the same GPU is not 'two alive'."""
+    run = Run(tmp_path).phase("shared-engine", 0.0, 100.0, exit_code=1).phase("standalone", 105.0, 50.0)
+    run.worker("shared-engine", "gw0", ("GPU-0",)).runner("tests/t.py::test_crashes", 10, 20, None)
+    run.worker("standalone", "gw0", ("GPU-0",)).runner("tests/t.py::test_own", 110, 20, 140)
+    run.finalize()
+    bars = _bars(ET.parse(tmp_path / "timeline.svg").getroot())
+    assert len(bars) == 2
+    assert not [key for key, g in bars.items() if "overlap" in g.get("class").split()]
