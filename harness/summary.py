@@ -131,6 +131,12 @@ def render(report: dict, rows: int = ROWS, limit: int = LIMIT) -> str:
     return _cap("\n".join(lines) + "\n", limit)
 
 
+def annotation_context(suite: str | None, platform: str | None, shard: str | None = None) -> str:
+    """``harness-<suite>-<platform>[-<i>of<N>]``: the Buildkite annotation a run (or its CI step) writes."""
+    parts = ("harness", suite, platform, shard.replace("/", "of") if shard else None)
+    return "-".join(str(part) for part in parts if part)
+
+
 def publish(text: str, report: dict, env: Mapping[str, str]) -> None:
     """Append to ``$GITHUB_STEP_SUMMARY`` and annotate the Buildkite build, when running there.
 
@@ -142,11 +148,7 @@ def publish(text: str, report: dict, env: Mapping[str, str]) -> None:
             handle.write(text + "\n")
     agent = shutil.which("buildkite-agent", path=env.get("PATH"))
     if env.get("BUILDKITE") and agent:
-        context = "-".join(
-            str(part)
-            for part in ("harness", report.get("suite"), report["platform"].get("name"), report.get("shard"))
-            if part
-        ).replace("/", "of")
+        context = annotation_context(report.get("suite"), report["platform"].get("name"), report.get("shard"))
         done = subprocess.run(
             [agent, "annotate", "--style", style(report), "--context", context],
             input=text,

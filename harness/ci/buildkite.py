@@ -15,6 +15,7 @@ import yaml
 
 from harness.ci.matrix import Cell, CiSettings, cells, load
 from harness.errors import HarnessError
+from harness.summary import annotation_context
 
 # Buildkite's own retry conditions for work lost to the machine, not to the tests.
 _NOX_VENV = ".harness-nox"
@@ -45,7 +46,11 @@ def _step(cell: Cell, settings: CiSettings, parallelism: int) -> dict:
         setup = [f"python3 -m venv {_NOX_VENV} && {_NOX_VENV}/bin/pip install --quiet nox"]
         nox = shlex.join([f"{_NOX_VENV}/bin/nox", "-s", cell.session])
     summary = shlex.quote(f"{cell.run_dir}/summary.md")
-    context = shlex.quote(f"harness-{cell.key}") + ("-$${BUILDKITE_PARALLEL_JOB}" if parallelism > 1 else "")
+    # the context harness run annotates with (summary.annotation_context), so a retried job's summary
+    # replaces this line rather than standing beside it
+    context = shlex.quote(annotation_context(cell.suite, cell.platform)) + (
+        f"-$${{BUILDKITE_PARALLEL_JOB}}of{parallelism}" if parallelism > 1 else ""
+    )
     # ``harness run`` annotates the build with its summary itself; a session that died before writing
     # one still leaves a line saying so.
     missing = (
