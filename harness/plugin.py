@@ -17,6 +17,7 @@ import pytest
 from harness import admission, attribution, instrument, ledger
 from harness.errors import HarnessError
 from harness.sampler import MemorySampler
+from harness.workers import is_controller, worker_event
 
 _DIR = pytest.StashKey[Path]()
 _STARTED = pytest.StashKey[float]()
@@ -40,10 +41,6 @@ def _enabled(config: pytest.Config) -> bool:
     return not config.getoption("no_harness") and _DIR in config.stash
 
 
-def _is_controller(config: pytest.Config) -> bool:
-    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
-
-
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("no_harness"):
         return
@@ -62,7 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STARTED] = time.time()
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_Controller(config.stash[_DIR]), "harness-xdist")
-    if _is_controller(config):
+    if is_controller(config):
         return
     writer = ledger.LedgerWriter(config.stash[_DIR])
     instrument.activate(writer)
@@ -70,8 +67,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
     if settings.memory_sample_s > 0:
         config.stash[_SAMPLER] = MemorySampler(writer, platform, settings.memory_sample_s).start()
-    from harness.workers import worker_event
-
     writer.write("worker", **worker_event(config))
 
 

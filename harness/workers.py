@@ -109,6 +109,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return len(_worker_slots(config))
 
 
+def is_controller(config: pytest.Config) -> bool:
+    """The xdist controller: it runs no tests, its workers do (``-n``, or ``--tx`` with ``--dist``)."""
+    return not hasattr(config, "workerinput") and _worker_count(config) > 0
+
+
 def _worker_count(config: pytest.Config) -> int:
     """How many workers xdist will start (0 without distribution); ``-n auto`` is resolved by now."""
     if getattr(config.option, "dist", "no") == "no" or not getattr(config.option, "tx", None):
