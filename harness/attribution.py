@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from harness.ledger import worker_name
-
 
 @dataclass(frozen=True)
 class Owner:
@@ -42,8 +40,14 @@ class Owner:
         return f"fixture `{self.fixture}` is {self.scope}-scoped and {where}; {remedy}"
 
 
+_worker = "main"  # the xdist worker id, or "main"; set once per session by the plugin
 _test: tuple[str, str] | None = None  # (nodeid, file)
 _fixtures: list[tuple[str, str]] = []  # (name, scope), innermost last
+
+
+def set_worker(name: str) -> None:
+    global _worker
+    _worker = name
 
 
 def enter_test(nodeid: str, file: str) -> None:
@@ -70,4 +74,4 @@ def current() -> Owner:
     """The owner of anything created now: the innermost fixture in setup, else the test body."""
     nodeid, file = _test or (None, None)
     fixture, scope = _fixtures[-1] if _fixtures else (None, None)
-    return Owner(nodeid, file, fixture, scope, worker_name(), os.environ.get("HARNESS_PHASE"))
+    return Owner(nodeid, file, fixture, scope, _worker, os.environ.get("HARNESS_PHASE"))

@@ -17,17 +17,12 @@ from pathlib import Path
 from typing import Any
 
 
-def worker_name(env: os._Environ | dict | None = None) -> str:
-    """The xdist worker id (``gw0``...) or ``main`` outside xdist: the ledger file's stem."""
-    env = os.environ if env is None else env
-    return env.get("PYTEST_XDIST_WORKER") or "main"
-
-
 class LedgerWriter:
-    """Appends events to ``<directory>/<worker>.jsonl``; one writer per process."""
+    """Appends events to ``<directory>/<worker>.jsonl``; one writer per process (``worker``: ``gw0``...,
+    ``main`` outside xdist, ``controller`` for what only the xdist controller sees)."""
 
-    def __init__(self, directory: str | os.PathLike, worker: str | None = None):
-        self.worker = worker or worker_name()
+    def __init__(self, directory: str | os.PathLike, worker: str):
+        self.worker = worker
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / f"{self.worker}.jsonl"

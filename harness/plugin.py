@@ -17,7 +17,7 @@ import pytest
 from harness import admission, attribution, instrument, ledger
 from harness.errors import HarnessError
 from harness.sampler import MemorySampler
-from harness.workers import is_controller, worker_event
+from harness.workers import is_controller, worker_event, worker_id
 
 _DIR = pytest.StashKey[Path]()
 _STARTED = pytest.StashKey[float]()
@@ -61,7 +61,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_Controller(config.stash[_DIR]), "harness-xdist")
     if is_controller(config):
         return
-    writer = ledger.LedgerWriter(config.stash[_DIR])
+    worker = worker_id(config)
+    attribution.set_worker(worker)
+    writer = ledger.LedgerWriter(config.stash[_DIR], worker=worker)
     instrument.activate(writer)
     instrument.install()
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")

@@ -211,18 +211,26 @@ def pytest_configure_node(node) -> None:
     }
 
 
+def worker_id(config: pytest.Config) -> str:
+    """``gw0``... in an xdist worker, ``main`` elsewhere.
+
+    From the session, not from ``PYTEST_XDIST_WORKER``: a pytest started from inside a worker inherits
+    that variable without being a worker.
+    """
+    return config.workerinput["workerid"] if hasattr(config, "workerinput") else "main"
+
+
 def worker_event(config: pytest.Config) -> dict:
     """Fields of the ledger's ``worker`` event: the physical device(s) this process uses, and its mask."""
-    from harness.ledger import worker_name
-
+    worker = worker_id(config)
     pin = getattr(config, "workerinput", {}).get(PIN)
     if pin is not None:
-        return {"worker": worker_name(), "devices": [pin["uuid"]], "mask": pin["mask"], "pid": os.getpid()}
+        return {"worker": worker, "devices": [pin["uuid"]], "mask": pin["mask"], "pid": os.getpid()}
     platform = _detection(config).platform
     if platform.mask_variable is None:
-        return {"worker": worker_name(), "devices": ["cpu"], "mask": None, "pid": os.getpid()}
+        return {"worker": worker, "devices": ["cpu"], "mask": None, "pid": os.getpid()}
     return {
-        "worker": worker_name(),
+        "worker": worker,
         "devices": [d.uuid for d in platform.devices()],
         "mask": outer_mask(platform.name)[1],
         "pid": os.getpid(),

@@ -9,12 +9,14 @@ from harness import attribution
 
 @pytest.fixture
 def clean():
+    worker = attribution.current().worker  # this session's own, set by the plugin
     yield
     attribution.leave_test()
+    attribution.set_worker(worker)
 
 
 def test_innermost_fixture_owns_then_the_test_body(clean, monkeypatch):
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    attribution.set_worker("gw1")
     monkeypatch.setenv("HARNESS_PHASE", "pooling")
     attribution.enter_test("t.py::test_x", "t.py")
     attribution.enter_fixture("outer", "module")

@@ -6,6 +6,8 @@ import json
 
 from harness import ledger
 
+pytest_plugins = ["pytester"]
+
 
 def _start(writer, model="m", **extra):
     run_id = writer.new_id()
@@ -25,9 +27,15 @@ def test_events_are_json_lines_per_worker(tmp_path):
     assert all(isinstance(json.loads(line)["t"], float) for line in lines)
 
 
-def test_worker_name_comes_from_xdist():
-    assert ledger.worker_name({"PYTEST_XDIST_WORKER": "gw3"}) == "gw3"
-    assert ledger.worker_name({}) == "main"
+def test_worker_comes_from_the_session_not_an_inherited_variable(pytester, monkeypatch):
+    """A pytest started from inside an xdist worker inherits PYTEST_XDIST_WORKER but is no worker."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")
+    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--harness-ledger-dir", "led")
+    assert result.ret == 0
+    assert sorted(p.name for p in (pytester.path / "led").iterdir()) == ["main.jsonl"]
+    assert [t["worker"] for t in ledger.read(pytester.path / "led").tests] == ["main"]
 
 
 def test_records_merge_outcomes_across_workers_and_phase_directories(tmp_path):
