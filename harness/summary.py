@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 
 from harness.phases import worst
+from harness.platform.base import GIB
 
 LIMIT = 1024 * 1024
 ROWS = 40  # rows per table before it is cut with a note
@@ -29,7 +30,7 @@ def render(report: dict, rows: int = ROWS, limit: int = LIMIT) -> str:
         lines += [f"Platform: {platform['reason']}", ""]
     for device in report["devices"]:
         total = device.get("total_bytes")
-        size = f", {total / 2**30:.1f} GiB" if total else ""
+        size = f", {total / GIB:.1f} GiB" if total else ""
         lines.append(f"- device `{device['uuid']}`: {device.get('name') or 'unknown'}{size}")
     lines.append("")
 

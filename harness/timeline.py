@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from markdown_it import MarkdownIt  # ships with rich, a dependency already
 
 from harness.junit import describe
+from harness.platform.base import GIB
 
 WIDTH = 1400
 LEFT = 230  # lane labels
@@ -275,7 +276,7 @@ def _memory(lane: ET.Element, records: list[dict], sampled: list[dict], device: 
         "stroke-width", "1.5"
     )
     peak = max(used for _, used in samples)
-    scale = f"{peak / 2**30:.1f}" + (f" / {total / 2**30:.0f} GiB" if total else " GiB peak")
+    scale = f"{peak / GIB:.1f}" + (f" / {total / GIB:.0f} GiB" if total else " GiB peak")
     ET.SubElement(group, "text", x="8", y=_n(y + MEMORY - 6), fill="#6f42c1").text = f"mem {scale}"
 
 

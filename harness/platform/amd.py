@@ -14,9 +14,7 @@ from types import ModuleType
 
 from harness.errors import PlatformError
 from harness.platform import masks
-from harness.platform.base import Device, MemoryReading, Platform
-
-MIB = 2**20
+from harness.platform.base import MIB, Device, MemoryReading, Platform
 
 
 class AmdPlatform(Platform):

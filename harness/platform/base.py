@@ -5,6 +5,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+MIB = 2**20
+GIB = 2**30  # every figure the platform layer gives is in bytes; these are for people and settings
+
 
 @dataclass(frozen=True)
 class Device:
