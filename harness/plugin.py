@@ -16,7 +16,6 @@ import pytest
 
 from harness import admission, attribution, instrument, ledger
 from harness.errors import HarnessError
-from harness.platform.base import GIB
 from harness.sampler import MemorySampler
 from harness.workers import is_controller, worker_event, worker_id
 
@@ -179,29 +178,8 @@ def pytest_fixture_setup(fixturedef, request):
     """Attribute runners built during a fixture's setup to it, and hold fixtures that grew memory."""
     if not _enabled(request.config) or instrument.writer() is None:
         return (yield)
-    attribution.enter_fixture(fixturedef.argname, fixturedef.scope)
-    owner = attribution.current()
-    holders_before = len(admission.holders())
-    before = {i: r.used_bytes for i, r in instrument.platform().memory().items()}
-    try:
+    with instrument.fixture_setup(("fixture", id(fixturedef)), fixturedef.argname, fixturedef.scope):
         return (yield)
-    finally:
-        attribution.leave_fixture()
-        grown = {
-            i: r.used_bytes - before.get(i, r.used_bytes) for i, r in instrument.platform().memory().items()
-        }
-        tolerance = instrument.settings().release_tolerance_gib * GIB
-        # a fixture that started a runner (or wraps one that grew) is already held by that holder
-        if len(admission.holders()) == holders_before and any(g > tolerance for g in grown.values()):
-            admission.hold(
-                admission.Holder(
-                    key=("fixture", id(fixturedef)),
-                    label=f"fixture `{fixturedef.argname}`",
-                    owner=owner,
-                    devices=tuple(i for i, g in grown.items() if g > tolerance),
-                    held_bytes={i: g for i, g in grown.items() if g > tolerance},
-                )
-            )
 
 
 def pytest_fixture_post_finalizer(fixturedef, request) -> None:

