@@ -106,9 +106,10 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, and actionlint (with shellcheck) on ci/github/."""
+    """ruff, the import-layers contract (import-linter), and actionlint (with shellcheck) on ci/github/."""
     if _installs(session):
         session.install(".[lint]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports")
     session.run("actionlint", *sorted(glob.glob("ci/github/*.yml")))

@@ -42,12 +42,13 @@ def main() -> None:
         HARNESS_AMDSMI_MODULE="tests.fakes.absent",
     )
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-    from harness import attribution, instrument, ledger
+    from harness import ledger
     from harness.errors import MemoryTimeout, RunnerBlocked
-    from harness.memory import wait_for_memory
+    from harness.memory.waits import wait_for_memory
+    from harness.tracking import attribution, starts
     from tests.unit.runner_suites.fake_runner import FakeRunner
 
-    instrument.activate(ledger.LedgerWriter(work / "ledger", worker="main"))
+    starts.activate(ledger.LedgerWriter(work / "ledger", worker="main"))
     attribution.enter_test(
         "tests/models/test_colbert.py::test_colbert_shared", "tests/models/test_colbert.py"
     )
@@ -62,7 +63,7 @@ def main() -> None:
     except RunnerBlocked as error:
         harness_s, harness_error = time.monotonic() - began, str(error)
 
-    platform = instrument.platform()
+    platform = starts.platform()
     total = platform.devices()[0].total_bytes
     began = time.monotonic()
     try:

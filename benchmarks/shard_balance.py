@@ -13,7 +13,7 @@ import statistics
 import sys
 
 from harness.errors import HarnessError
-from harness.shards import assign, durations_from
+from harness.run.shards import assign, durations_from
 
 
 def balance(durations: dict[str, float], count: int, use_history: bool) -> float:

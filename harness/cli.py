@@ -34,11 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--fail-fast", action="store_true", help="stop after the first failing phase")
     run.add_argument("--shard", metavar="I/N", help="run shard I (0-based) of N; Buildkite fills it")
     run.add_argument("--durations-from", metavar="REPORT", help="report.json or run dir for LPT sharding")
-    run.set_defaults(module="harness.phases")
+    run.set_defaults(module="harness.run.command")
 
     report = sub.add_parser("report", help="(re)write the report files of a run directory")
     report.add_argument("run_dir")
-    report.set_defaults(module="harness.report")
+    report.set_defaults(module="harness.report.finalize")
 
     compare = sub.add_parser("compare", help="compare two reports: starts, wall, outcomes")
     compare.add_argument("before")
@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="WHAT",
         help="'starts' or 'wall:10%%': exit 1 when AFTER is worse",
     )
-    compare.set_defaults(module="harness.compare")
+    compare.set_defaults(module="harness.report.compare")
 
     ci = sub.add_parser("ci", help="generate CI configuration")
     ci_sub = ci.add_subparsers(dest="ci_command", required=True)

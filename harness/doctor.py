@@ -15,10 +15,11 @@ import platform as stdlib_platform
 from rich.console import Console
 from rich.table import Table
 
-from harness.packages import installed
+from harness.ci.matrix import load
 from harness.platform import detect
 from harness.platform.base import GIB, MemoryReading
 from harness.platform.host import HostPlatform
+from harness.platform.packages import installed
 
 
 def versions() -> dict[str, str]:
@@ -36,8 +37,6 @@ def versions() -> dict[str, str]:
 
 def sessions(platform_name: str) -> list[str]:
     """nox sessions this machine can run: ``<platform>_<suite>`` for each CI suite, tests, lint."""
-    from harness.ci.matrix import load
-
     ci, suites = load()
     return [f"{platform_name}_{suite}" for suite in ci.suites or suites] + ["tests", "lint"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from harness.config import load_settings
-from harness.memory import settle
+from harness.config.settings import load_settings
+from harness.memory.waits import settle
 from harness.platform import allocator, detect
 
 # vLLM's CPU backend reserves ``gpu_memory_utilization`` x NUMA node 0 at start and refuses to start when

@@ -15,7 +15,7 @@ import yaml
 
 from harness.ci.matrix import Cell, CiSettings, cells, load
 from harness.errors import HarnessError
-from harness.summary import annotation_context
+from harness.report.publish import annotation_context
 
 # Buildkite's own retry conditions for work lost to the machine, not to the tests.
 _NOX_VENV = ".harness-nox"

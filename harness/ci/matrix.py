@@ -10,9 +10,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config import find_pyproject, read_table
+from harness.config.pyproject import find_pyproject, read_table
+from harness.config.suites import parse_suite
 from harness.errors import ConfigError, HarnessError
-from harness.phases import parse_suite
 from harness.platform import PLATFORMS
 
 QUEUES = {"cuda": "gpu-cuda", "rocm": "gpu-rocm", "cpu": "cpu"}

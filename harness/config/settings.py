@@ -3,7 +3,7 @@
 Precedence: built-in defaults (some per platform) < top-level keys < ``[tool.harness.<platform>]`` <
 ``HARNESS_<KEY>`` in the environment. Every table is validated, not only the current platform's, so a
 typo fails on every CI agent alike. ``[tool.harness.suites]`` and ``[tool.harness.ci]`` belong to
-``harness.phases`` and ``harness.ci`` and pass through untouched.
+``harness.config.suites`` and ``harness.ci`` and pass through untouched.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness.config.pyproject import find_pyproject, read_table
 from harness.errors import ConfigError
 from harness.platform import PLATFORMS
 
@@ -104,32 +104,6 @@ def _from_env(key: str, text: str):
     except ValueError:
         raise ConfigError(f"{variable}: expected {_expected(kind)}, got {text!r}") from None
     return _typed(variable, key, value)
-
-
-def find_pyproject(start: Path | None = None) -> Path | None:
-    """The nearest ``pyproject.toml`` from ``start`` (the current directory) upwards."""
-    start = (start or Path.cwd()).resolve()
-    for directory in (start, *start.parents):
-        if (directory / "pyproject.toml").is_file():
-            return directory / "pyproject.toml"
-    return None
-
-
-def read_table(pyproject: Path | None) -> dict:
-    """``[tool.harness]`` as a dict ({} without a file or table); a broken file names file and line."""
-    if pyproject is None:
-        return {}
-    try:
-        with open(pyproject, "rb") as file:
-            data = tomllib.load(file)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{pyproject}: invalid TOML: {error}") from None
-    except OSError as error:
-        raise ConfigError(f"{pyproject}: cannot read: {error.strerror}") from None
-    table = data.get("tool", {}).get("harness", {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"{pyproject}: [tool.harness] must be a table")
-    return table
 
 
 def load_settings(

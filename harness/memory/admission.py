@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from harness.attribution import Owner
 from harness.errors import RunnerBlocked
+from harness.ledger.records import Owner
 from harness.platform import allocator
 from harness.platform.base import GIB
 

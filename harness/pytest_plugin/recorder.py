@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import admission, attribution, instrument, ledger
+from harness import ledger
 from harness.errors import HarnessError
-from harness.sampler import MemorySampler
-from harness.workers import is_controller, worker_event, worker_id
+from harness.memory import admission
+from harness.pytest_plugin.workers import is_controller, worker_event, worker_id
+from harness.runners import HfRunner, VllmRunner
+from harness.tracking import attribution, patches, starts
+from harness.tracking.sampler import MemorySampler
 
 _DIR = pytest.StashKey[Path]()
 _STARTED = pytest.StashKey[float]()
@@ -44,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("no_harness"):
         return
     try:  # a broken [tool.harness] or device mask is one line, not an INTERNALERROR
-        platform, settings = instrument.platform(), instrument.settings()
+        platform, settings = starts.platform(), starts.settings()
     except HarnessError as error:
         raise pytest.UsageError(str(error)) from None
     workerinput = getattr(config, "workerinput", {})
@@ -63,8 +66,8 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = worker_id(config)
     attribution.set_worker(worker)
     writer = ledger.LedgerWriter(config.stash[_DIR], worker=worker)
-    instrument.activate(writer)
-    instrument.install()
+    starts.activate(writer)
+    patches.install()
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
     if settings.memory_sample_s > 0:
         config.stash[_SAMPLER] = MemorySampler(writer, platform, settings.memory_sample_s).start()
@@ -74,7 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _SAMPLER in config.stash:
         config.stash[_SAMPLER].stop()
-    instrument.deactivate()
+    starts.deactivate()
 
 
 class _Controller:
@@ -121,7 +124,7 @@ class _Recorder:
             self.writer.write("finding", type="timeout", test=report.nodeid, message=message)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
-        instrument.check_released()  # runners this test (or a fixture torn down with it) stopped
+        starts.check_released()  # runners this test (or a fixture torn down with it) stopped
         self.writer.write(
             "test",
             sync=False,
@@ -168,7 +171,7 @@ def _outcome(reports: dict) -> str:
 def _device(config: pytest.Config) -> str | None:
     """The UUID of this process's first visible device; read once, the pin does not change mid-session."""
     if _DEVICE not in config.stash:
-        devices = instrument.platform().devices()
+        devices = starts.platform().devices()
         config.stash[_DEVICE] = devices[0].uuid if devices else None
     return config.stash[_DEVICE]
 
@@ -176,9 +179,9 @@ def _device(config: pytest.Config) -> str | None:
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef, request):
     """Attribute runners built during a fixture's setup to it, and hold fixtures that grew memory."""
-    if not _enabled(request.config) or instrument.writer() is None:
+    if not _enabled(request.config) or starts.writer() is None:
         return (yield)
-    with instrument.fixture_setup(("fixture", id(fixturedef)), fixturedef.argname, fixturedef.scope):
+    with starts.fixture_setup(("fixture", id(fixturedef)), fixturedef.argname, fixturedef.scope):
         return (yield)
 
 
@@ -189,16 +192,12 @@ def pytest_fixture_post_finalizer(fixturedef, request) -> None:
 @pytest.fixture
 def vllm_runner():
     """The ``VllmRunner`` class, as vLLM's own conftest hands it out."""
-    from harness.runners import VllmRunner
-
     return VllmRunner
 
 
 @pytest.fixture
 def hf_runner():
     """The ``HfRunner`` class, as vLLM's own conftest hands it out."""
-    from harness.runners import HfRunner
-
     return HfRunner
 
 

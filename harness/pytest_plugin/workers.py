@@ -1,4 +1,4 @@
-"""pytest plugin glue: one xdist worker per GPU, the ``gpus(n)`` marker, per-platform test timeouts.
+"""pytest plugin glue: one xdist worker per GPU, the ``gpus(n)`` marker; the platform's test timeout.
 
 A worker's device mask must be in its environment before anything in it can initialise CUDA or HIP, and a
 conftest may import torch (or vLLM) before any pytest hook of ours runs in the worker. So the controller
@@ -21,7 +21,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from harness.config.pyproject import find_pyproject
+from harness.config.settings import load_settings
 from harness.errors import HarnessError
+from harness.platform import detect
+from harness.pytest_plugin.timeouts import default_timeout
 
 PIN = "harness_pin"  # workerinput key: {"variables", "mask", "uuid"}
 PLATFORM = "harness_platform"  # workerinput key: the controller's platform name
@@ -42,8 +46,6 @@ class Slot:
 def _detection(config: pytest.Config):
     """The platform, detected once per process (the controller's choice is passed on to workers)."""
     if _DETECTION not in config.stash:
-        from harness.platform import detect
-
         env = dict(os.environ)
         workerinput = getattr(config, "workerinput", {})
         if PLATFORM in workerinput:
@@ -57,8 +59,6 @@ def _detection(config: pytest.Config):
 
 def _settings(config: pytest.Config):
     if _SETTINGS not in config.stash:
-        from harness.config import find_pyproject, load_settings
-
         try:
             config.stash[_SETTINGS] = load_settings(
                 _detection(config).platform.name, find_pyproject(config.rootpath)
@@ -140,7 +140,7 @@ def pytest_configure(config: pytest.Config) -> None:
                     f"-n {count} asks for more workers than the {available // per_gpu} visible GPU(s) "
                     f"× workers_per_gpu={per_gpu} allow; set workers_per_gpu in [tool.harness] to share GPUs"
                 )
-    _default_timeout(config)
+    default_timeout(config, _settings(config).test_timeout_s)
 
 
 def _pin(config: pytest.Config, pin: dict, worker: str) -> None:
@@ -171,19 +171,6 @@ class _Unpinned:
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         pytest.fail(self.message, pytrace=False)
-
-
-def _default_timeout(config: pytest.Config) -> None:
-    """The platform's per-test timeout when the user set none (``--timeout``, ini, ``PYTEST_TIMEOUT``)."""
-    if not config.pluginmanager.hasplugin("timeout"):
-        return
-    if (
-        config.getoption("timeout") is not None
-        or os.environ.get("PYTEST_TIMEOUT")
-        or config.getini("timeout")
-    ):
-        return
-    config.option.timeout = _settings(config).test_timeout_s
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -1,98 +1,20 @@
-"""The run report: ``report.json`` (versioned, written atomically) and the files derived from it.
-
-``finalize(run_dir)`` is the one place that reads a run directory (``phases.json``, ``ledger/``,
-``junit/``) and writes ``report.json``, ``junit.xml``, ``summary.md``, ``timeline.svg`` and
-``report.html``; the other report modules only turn the report dict into text, so every file is
-written the same crash-safe way. ``load(path)`` is how ``harness compare`` and sharding read a report
-back. The format is documented in docs/report-format.md.
-"""
+"""The report dict of a run directory: its phases, tests, runner records, findings and tallies."""
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform as host
-import re
-import subprocess
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from harness import advisor, junit, summary, timeline
 from harness.errors import HarnessError, ReportError
-from harness.ledger import read as read_ledger
-from harness.ledger import started
-from harness.packages import installed
-
-VERSION = 1
-
-# Fields ``load`` insists on; ``compare`` and ``shards`` read nothing else without a default.
-REQUIRED = {
-    "suite": (str, type(None)),
-    "phases": list,
-    "tests": list,
-    "records": list,
-    "starts": dict,
-    "files": dict,
-}
-
-# The environment is copied by allow-list only: device masks, platform and harness settings.
-ENV_NAMES = frozenset(
-    {
-        "CUDA_VISIBLE_DEVICES",
-        "HIP_VISIBLE_DEVICES",
-        "ROCR_VISIBLE_DEVICES",
-        "NVIDIA_VISIBLE_DEVICES",
-        "CUDA_DEVICE_ORDER",
-        "VLLM_TARGET_DEVICE",
-        "VLLM_CPU_KVCACHE_SPACE",
-        "VLLM_CPU_OMP_THREADS_BIND",
-        "OMP_NUM_THREADS",
-        "HF_HUB_OFFLINE",
-        "PYTEST_XDIST_AUTO_NUM_WORKERS",
-        "BUILDKITE_PARALLEL_JOB",
-        "BUILDKITE_PARALLEL_JOB_COUNT",
-    }
-)
-ENV_PREFIXES = ("HARNESS_",)
-# Even an allow-listed prefix never carries something that looks like a credential.
-SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|AUTH", re.IGNORECASE)
-
-
-def finalize(run_dir: Path, env: Mapping[str, str] | None = None, publish: bool = True) -> dict:
-    """Write every report file of ``run_dir`` and return the report.
-
-    ``publish`` appends the summary to ``$GITHUB_STEP_SUMMARY`` and annotates the Buildkite build when
-    the environment says we run there.
-    """
-    env = os.environ if env is None else env
-    run_dir = Path(run_dir)
-    report = build(run_dir, env)
-    text = summary.render(report)
-    svg = timeline.svg(report)
-    write_atomic(run_dir / "report.json", json.dumps(report, indent=1, sort_keys=False) + "\n")
-    write_atomic(run_dir / "junit.xml", junit.merge(run_dir / "junit", report["records"]))
-    write_atomic(run_dir / "summary.md", text)
-    write_atomic(run_dir / "timeline.svg", svg)
-    write_atomic(run_dir / "report.html", timeline.html(report, svg, text))
-    if publish:
-        summary.publish(text, report, env)
-    return report
-
-
-def main(args: argparse.Namespace) -> int:
-    """``harness report DIR``: (re)write the report files of a run directory, e.g. after a killed run."""
-    run_dir = Path(args.run_dir)
-    report = finalize(run_dir)
-    total = report["starts"]["total"]
-    print(
-        f"{run_dir / 'report.json'}: {len(report['tests'])} tests, {total['starts']} runner starts "
-        f"({total['startup_s']:.1f} s), {len(report['findings'])} findings"
-    )
-    return 0
+from harness.ledger.reader import read as read_ledger
+from harness.ledger.reader import started
+from harness.platform import detect
+from harness.report import advisor
+from harness.report.environment import environment, versions
+from harness.report.schema import VERSION
+from harness.report.store import json_object
 
 
 def build(run_dir: Path, env: Mapping[str, str]) -> dict:
@@ -166,7 +88,7 @@ def _phases_file(run_dir: Path) -> dict:
     path = run_dir / "phases.json"
     if not path.exists():
         return {"phases": []}
-    data = _json_object(path, "phases file")
+    data = json_object(path, "phases file")
     if not isinstance(data.get("phases"), list):
         raise ReportError(f"{path}: field 'phases' is missing or not a list")
     return data
@@ -220,8 +142,6 @@ def devices(platform_name: str | None, records: list[dict], workers: list[dict],
     }
     known: list[dict] = []
     if platform_name:
-        from harness.platform import detect
-
         try:
             found = detect({**env, "HARNESS_PLATFORM": platform_name}).platform.devices()
         except HarnessError:
@@ -233,93 +153,3 @@ def devices(platform_name: str | None, records: list[dict], workers: list[dict],
         known = [d for d in known if d["uuid"] in used]
     missing = sorted(used - {d["uuid"] for d in known})
     return known + [{"index": None, "name": None, "uuid": u, "total_bytes": None} for u in missing]
-
-
-def versions(tree: Path) -> dict:
-    """Versions from package metadata (never importing torch or vllm) and the tested tree's commit."""
-    found: dict = {"python": host.python_version()}
-    for label, provided in installed(("harness", "torch", "vllm", "transformers")).items():
-        found[label] = provided and provided[0]
-    try:
-        git = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True, timeout=10, check=False
-        )
-        found["git_commit"] = git.stdout.strip() if git.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired):
-        found["git_commit"] = None
-    return found
-
-
-def environment(env: Mapping[str, str]) -> dict:
-    """The allow-listed variables only; never the whole environment."""
-    return {
-        name: env[name]
-        for name in sorted(env)
-        if (name in ENV_NAMES or name.startswith(ENV_PREFIXES)) and not SECRET.search(name)
-    }
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and ``os.replace``: a kill leaves old or new."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide CI artifacts from other users
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def load(path: str | Path) -> dict:
-    """A report from a ``report.json`` or a run directory; any flaw is one ``ReportError`` line."""
-    path = Path(path)
-    if path.is_dir():
-        if not (path / "report.json").is_file():
-            raise ReportError(f"{path} is a directory without report.json (run 'harness report {path}')")
-        path = path / "report.json"
-    report = _json_object(path, "report")
-    if "version" not in report:
-        raise ReportError(f"{path}: no 'version' field, not a harness report")
-    if report["version"] != VERSION:
-        raise ReportError(
-            f"{path}: report format version {report['version']!r}, this harness reads {VERSION}"
-        )
-    for field, kind in REQUIRED.items():
-        if field not in report:
-            raise ReportError(f"{path}: report has no '{field}' field")
-        if not isinstance(report[field], kind):
-            raise ReportError(f"{path}: report field '{field}' has the wrong type")
-    if not all(isinstance(phase, dict) and isinstance(phase.get("name"), str) for phase in report["phases"]):
-        raise ReportError(f"{path}: a phase in the report has no name")
-    return report
-
-
-def _json_object(path: Path, what: str) -> dict:
-    """A JSON object from ``path``, telling missing, empty, truncated, non-JSON and non-object apart."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReportError(f"{path}: no such {what} file") from None
-    except UnicodeDecodeError:
-        raise ReportError(f"{path}: not a JSON {what} (not UTF-8 text)") from None
-    except OSError as error:
-        raise ReportError(f"{path}: cannot read {what}: {error.strerror}") from None
-    if not text.strip():
-        raise ReportError(f"{path}: empty {what} file")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        if error.pos >= len(text.rstrip()) or error.msg.startswith("Unterminated string"):
-            size = len(text.encode("utf-8"))
-            raise ReportError(f"{path}: truncated {what} (JSON ends early, after {size} bytes)") from None
-        raise ReportError(
-            f"{path}: not a JSON {what} ({error.msg} at line {error.lineno} column {error.colno})"
-        ) from None
-    if not isinstance(data, dict):
-        raise ReportError(f"{path}: not a {what} (JSON {type(data).__name__}, expected an object)")
-    return data

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 
 from harness.errors import HarnessError
-from harness.report import load
+from harness.report.store import load
 
 METRICS = {
     "vllm_starts": "vLLM starts",

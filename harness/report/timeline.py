@@ -9,13 +9,10 @@ Hand-written SVG (xml.etree) keeps the dependency list empty.
 
 from __future__ import annotations
 
-import html as markup
 import xml.etree.ElementTree as ET
 
-from markdown_it import MarkdownIt  # ships with rich, a dependency already
-
-from harness.junit import describe
 from harness.platform.base import GIB
+from harness.report.junit import describe
 
 WIDTH = 1400
 LEFT = 230  # lane labels
@@ -121,21 +118,6 @@ def svg(report: dict) -> str:
     ).text = "— used device memory"
     ET.indent(root)
     return ET.tostring(root, encoding="unicode") + "\n"
-
-
-def html(report: dict, svg_text: str, summary_md: str) -> str:
-    """``report.html``: the timeline above the rendered summary, one self-contained page."""
-    title = markup.escape(
-        f"harness: {report.get('suite') or 'run'} on {report['platform'].get('name') or '?'}"
-    )
-    body = MarkdownIt("commonmark").enable("table").render(summary_md)
-    return (
-        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
-        f"<title>{title}</title><style>body{{font-family:sans-serif;margin:1.5em}}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
-        ".timeline{overflow-x:auto}</style></head><body>\n"
-        f"<div class='timeline'>{svg_text}</div>\n{body}</body></html>\n"
-    )
 
 
 def lifetime(record: dict, end: float) -> tuple[float, float]:

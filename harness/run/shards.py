@@ -15,9 +15,13 @@ import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
+from harness.config.suites import Suite
 from harness.errors import HarnessError, ReportError
+from harness.report.build import files
+from harness.report.store import load
 
 _SPEC = re.compile(r"(\d+)/(\d+)")
+TEST_FILES = ("test_*.py", "*_test.py")  # pytest's default python_files, for sharding by file
 
 
 def parse_shard(spec: str | None, env: Mapping[str, str] = os.environ) -> tuple[int, int] | None:
@@ -45,8 +49,6 @@ def durations_from(path: str | os.PathLike[str]) -> dict[str, float]:
 
     A file's seconds are its tests' setup, call and teardown, so the runner starts its fixtures made are in.
     """
-    from harness.report import files, load  # the report's owner reads, checks and sums its format
-
     report = load(Path(path))
     try:
         return {_key(file): float(entry["wall_s"]) for file, entry in files(report["tests"]).items()}
@@ -93,3 +95,28 @@ def _key(file: str) -> str:
         except ValueError:
             pass
     return PurePosixPath(path.as_posix()).as_posix()
+
+
+def test_files(paths: tuple[str, ...]) -> list[str]:
+    """Test files under ``paths`` (files as given, directories searched), POSIX and sorted: shard units."""
+    found: list[str] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found += sorted(
+                PurePosixPath(p).as_posix() for pattern in TEST_FILES for p in path.rglob(pattern)
+            )
+        else:
+            found.append(PurePosixPath(path).as_posix())
+    return list(dict.fromkeys(found))
+
+
+def _under(file: str, paths: tuple[str, ...]) -> bool:
+    return any(file == p or file.startswith(p + "/") for p in (PurePosixPath(q).as_posix() for q in paths))
+
+
+def shard_paths(suite: Suite, shard: tuple[int, int], durations: dict | None) -> dict[str, tuple[str, ...]]:
+    """Per phase, the files of this shard: the whole suite's files are split once, so every phase of a
+    shard job runs the same files and a file's engines start in one job only."""
+    files = test_files(tuple(dict.fromkeys(p for phase in suite.phases for p in phase.paths)))
+    mine = assign(files, shard[1], durations)[shard[0]]
+    return {phase.name: tuple(f for f in mine if _under(f, phase.paths)) for phase in suite.phases}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 
 from harness.errors import HarnessError
-from harness.ledger import LedgerWriter
+from harness.ledger.writer import LedgerWriter
 from harness.platform import Platform
 
 

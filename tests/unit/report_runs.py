@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from harness.report import finalize
+from harness.report.finalize import finalize
 
 T0 = 1_750_000_000.0
 GIB = 2**30

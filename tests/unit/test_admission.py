@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import admission
-from harness.attribution import Owner
 from harness.errors import RunnerBlocked
+from harness.ledger.records import Owner
+from harness.memory import admission
 from harness.platform.base import MemoryReading
 
 GIB = 2**30

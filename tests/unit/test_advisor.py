@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from harness.advisor import class_of
-from harness.report import finalize
+from harness.report.advisor import class_of
+from harness.report.finalize import finalize
 from tests.fakes import gpu
 from tests.unit.report_runs import GIB, Run, run_suite
 

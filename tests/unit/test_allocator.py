@@ -6,9 +6,11 @@ import sys
 
 import pytest
 
-from harness import admission, instrument, ledger
+from harness import ledger
+from harness.memory import admission
 from harness.platform import allocator
 from harness.platform.base import Device, MemoryReading, Platform
+from harness.tracking import starts
 from tests.fakes.torch_cuda import GIB, FakeCuda, module
 
 TOTAL = 80 * GIB
@@ -65,16 +67,16 @@ def test_cached_blocks_of_a_torn_down_fixture_do_not_send_a_start_to_the_long_wa
 @pytest.fixture
 def recording(cuda, tmp_path, monkeypatch):
     platform = OneGpu(cuda)
-    monkeypatch.setattr(instrument, "platform", lambda: platform)
-    instrument.settings.cache_clear()
-    instrument.activate(ledger.LedgerWriter(tmp_path, worker="main"))
+    monkeypatch.setattr(starts, "platform", lambda: platform)
+    starts.settings.cache_clear()
+    starts.activate(ledger.LedgerWriter(tmp_path, worker="main"))
     yield tmp_path
-    instrument.deactivate()
-    instrument.settings.cache_clear()
+    starts.deactivate()
+    starts.settings.cache_clear()
 
 
-def _hf_start(cuda: FakeCuda, model_bytes: int) -> instrument.Run:
-    with instrument.starting("hf", "m", {"model": "m"}) as run:
+def _hf_start(cuda: FakeCuda, model_bytes: int) -> starts.Run:
+    with starts.starting("hf", "m", {"model": "m"}) as run:
         cuda.alloc(model_bytes)  # the load creates the context and puts the weights on the device
     return run
 
@@ -84,7 +86,7 @@ def test_the_context_a_first_load_creates_is_not_a_leak(cuda, recording):
     run = _hf_start(cuda, 2 * GIB)
     cuda.free(2 * GIB)
     run.stop()
-    instrument.check_released(wait_s=0)
+    starts.check_released(wait_s=0)
     assert ledger.read(recording).findings == []
     assert run.context_bytes == {"GPU-0": cuda.context_bytes}
 
@@ -94,7 +96,7 @@ def test_a_tensor_kept_past_the_stop_is_a_leak(cuda, recording):
     cuda.alloc(3 * GIB)  # leaked while the runner was alive
     cuda.free(2 * GIB)
     run.stop()
-    instrument.check_released(wait_s=0)
+    starts.check_released(wait_s=0)
     (finding,) = ledger.read(recording).findings
     assert finding["type"] == "memory-not-released"
     assert "left 3.00 GiB on GPU-0" in finding["message"]
@@ -102,7 +104,7 @@ def test_a_tensor_kept_past_the_stop_is_a_leak(cuda, recording):
 
 def test_more_ranks_than_visible_devices_are_accounted_on_the_visible_ones(cuda, recording):
     """tensor_parallel_size=2 on a worker pinned to one GPU: recorded there, not a KeyError."""
-    with instrument.starting("vllm", "m", {"tensor_parallel_size": 2}, fraction=0.5, devices=(0, 1)) as run:
+    with starts.starting("vllm", "m", {"tensor_parallel_size": 2}, fraction=0.5, devices=(0, 1)) as run:
         cuda.alloc(GIB)
     (record,) = ledger.read(recording).records
     assert record["devices"] == ["GPU-0"] and record["need_bytes"] == TOTAL // 2

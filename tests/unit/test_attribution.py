@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import attribution
+from harness.tracking import attribution
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.summary import annotation_context
+from harness.report.publish import annotation_context
 
 ROOT = Path(__file__).resolve().parents[2]
 

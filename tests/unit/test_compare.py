@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare import change
+from harness.report.compare import change
 from tests.unit.report_runs import Run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,8 @@ import textwrap
 
 import pytest
 
-from harness.config import Settings, find_pyproject, load_settings
+from harness.config.pyproject import find_pyproject
+from harness.config.settings import Settings, load_settings
 from harness.errors import ConfigError
 
 

@@ -6,7 +6,7 @@ import json
 import os
 
 from harness import ledger
-from harness.report import finalize
+from harness.report.finalize import finalize
 from tests.fakes import gpu
 from tests.unit.report_runs import GIB, run_suite
 

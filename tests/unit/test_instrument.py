@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from harness import instrument, ledger
+from harness import ledger
+from harness.tracking import starts
 
 pytest_plugins = ["pytester"]
 
@@ -18,14 +19,14 @@ def test_fingerprint_ignores_how_arguments_were_spelled():
     def llm(model, *, dtype="auto", gpu_memory_utilization=0.92, **kwargs):
         """The shape of vllm.LLM's signature."""
 
-    plain = instrument.normalise(llm, ("m",), {})
-    spelled = instrument.normalise(llm, (), {"model": "m", "dtype": "auto", "gpu_memory_utilization": 0.92})
+    plain = starts.normalise(llm, ("m",), {})
+    spelled = starts.normalise(llm, (), {"model": "m", "dtype": "auto", "gpu_memory_utilization": 0.92})
     assert plain == spelled == {"model": "m"}
-    other = instrument.normalise(llm, ("m",), {"dtype": "float32", "max_model_len": 128})
+    other = starts.normalise(llm, ("m",), {"dtype": "float32", "max_model_len": 128})
     assert other == {"model": "m", "dtype": "float32", "max_model_len": 128}
-    assert instrument.fingerprint("vllm", plain) == instrument.fingerprint("vllm", spelled)
-    assert instrument.fingerprint("vllm", plain) != instrument.fingerprint("vllm", other)
-    assert len(instrument.fingerprint("vllm", plain)) == 12
+    assert starts.fingerprint("vllm", plain) == starts.fingerprint("vllm", spelled)
+    assert starts.fingerprint("vllm", plain) != starts.fingerprint("vllm", other)
+    assert len(starts.fingerprint("vllm", plain)) == 12
 
 
 def test_config_values_are_json_safe_without_addresses():
@@ -36,7 +37,7 @@ def test_config_values_are_json_safe_without_addresses():
     def load(path, config=None):
         """A from_pretrained-like signature."""
 
-    assert instrument.normalise(load, ("p",), {"config": Thing()}) == {"path": "p", "config": "<Thing>"}
+    assert starts.normalise(load, ("p",), {"config": Thing()}) == {"path": "p", "config": "<Thing>"}
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import xml.etree.ElementTree as ET
 
-from harness.junit import START_PROPERTY, case_key, merge
-from harness.report import finalize
+from harness.report.finalize import finalize
+from harness.report.junit import START_PROPERTY, case_key, merge
 from tests.fakes import gpu
 from tests.unit.report_runs import GIB, overlap_run, run_suite
 

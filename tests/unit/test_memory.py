@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from harness.config import load_settings
+from harness.config.settings import load_settings
 from harness.errors import MemoryTimeout, PlatformError
-from harness.memory import settle, wait_for_memory
+from harness.memory.waits import settle, wait_for_memory
 from harness.platform.amd import AmdPlatform
 from harness.platform.host import HostPlatform
 from harness.platform.nvidia import NvidiaPlatform

@@ -10,8 +10,9 @@ import json
 import pytest
 
 from harness.cli import main as harness
+from harness.config.suites import Phase, parse_suite
 from harness.errors import ConfigError
-from harness.phases import Phase, parse_suite, worst
+from harness.report.outcomes import worst
 from tests.fakes import gpu
 
 pytest_plugins = ["pytester"]

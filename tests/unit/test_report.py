@@ -12,7 +12,9 @@ import sys
 import pytest
 
 from harness.errors import ReportError
-from harness.report import environment, finalize, load, versions, write_atomic
+from harness.report.environment import environment, versions
+from harness.report.finalize import finalize
+from harness.report.store import load, write_atomic
 from tests.fakes import gpu
 from tests.unit.report_runs import GIB, T0, Run, overlap_run
 
@@ -104,7 +106,7 @@ def test_versions_come_from_metadata_without_importing_torch_or_vllm(tmp_path):
         [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
     script = (
-        "import json, sys, pathlib; from harness.report import versions; "
+        "import json, sys, pathlib; from harness.report.environment import versions; "
         f"v = versions(pathlib.Path({str(tmp_path)!r})); "
         "print(json.dumps([v, 'torch' in sys.modules, 'vllm' in sys.modules, 'transformers' in sys.modules]))"
     )

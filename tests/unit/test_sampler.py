@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import xml.etree.ElementTree as ET
 
-from harness.report import finalize
+from harness.report.finalize import finalize
 from tests.fakes import gpu
 from tests.unit.report_runs import GIB, run_suite
 

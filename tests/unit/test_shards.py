@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError, ReportError
-from harness.ledger import LedgerWriter
-from harness.report import finalize
-from harness.shards import assign, durations_from, parse_shard
+from harness.ledger.writer import LedgerWriter
+from harness.report.finalize import finalize
+from harness.run.shards import assign, durations_from, parse_shard
 
 # Seconds per test of a recorded pooling-like suite: one slow engine file, a few middling, many quick.
 RECORDED = {
@@ -221,7 +221,7 @@ def test_history_of_other_files_only_falls_back_to_the_hash():
 
 _HASHED = """
 import json, sys
-from harness.shards import assign
+from harness.run.shards import assign
 files = [f"tests/models/generation/test_{i}.py" for i in range(40)]
 print(json.dumps(assign(files if sys.argv[1] == "forward" else files[::-1], 4)))
 """

@@ -6,7 +6,8 @@ import json
 import os
 import stat
 
-from harness.summary import publish, render
+from harness.report.publish import publish
+from harness.report.summary import render
 from tests.unit.report_runs import Run, overlap_run
 
 

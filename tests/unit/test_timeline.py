@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import xml.etree.ElementTree as ET
 
-from harness.report import finalize
-from harness.timeline import overlaps
+from harness.report.finalize import finalize
+from harness.report.timeline import overlaps
 from tests.fakes import gpu
 from tests.unit.report_runs import GIB, T0, Run, overlap_run, run_suite
 

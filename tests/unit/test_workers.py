@@ -26,7 +26,7 @@ pathlib.Path("seen", worker + ".json").write_text(json.dumps(masks))
 
 
 def pytest_sessionstart(session):
-    from harness.workers import worker_event
+    from harness.pytest_plugin.workers import worker_event
 
     pathlib.Path("events").mkdir(exist_ok=True)
     pathlib.Path("events", worker + ".json").write_text(json.dumps(worker_event(session.config)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import instrument
+from harness.tracking import starts
 
 GIB = 2**30
 
@@ -19,7 +19,7 @@ class VramEngine:
     def __init__(self, name: str, gpu_memory_utilization: float):
         fraction = gpu_memory_utilization
         config = {"model": name, "gpu_memory_utilization": fraction}
-        with instrument.starting("engine", name, config, fraction=fraction) as run:
+        with starts.starting("engine", name, config, fraction=fraction) as run:
             free, total = torch.cuda.mem_get_info()
             need = int(fraction * total)
             if free < need:  # vLLM's own refusal, after its start-up cost

@@ -1,6 +1,6 @@
 """A stand-in for a vLLM engine on a fake GPU, for the plugin's pytester suites.
 
-It goes through the same recording path as an instrumented ``vllm.LLM`` (``harness.instrument.starting``
+It goes through the same recording path as an instrumented ``vllm.LLM`` (``harness.starts.starting``
 with its declared ``gpu_memory_utilization``) and, while alive, takes that share of the fake device's
 memory in ``FAKE_GPUS_FILE``, as a real engine takes VRAM; like vLLM it refuses to start on too little.
 """
@@ -12,13 +12,13 @@ import json
 import os
 from pathlib import Path
 
-from harness import instrument
+from harness.tracking import starts
 
 
 def _take(delta: int) -> int:
     """Add ``delta`` used bytes to this process's first visible fake GPU; returns its free bytes before."""
     path = Path(os.environ["FAKE_GPUS_FILE"])
-    uuid = instrument.platform().devices()[0].uuid
+    uuid = starts.platform().devices()[0].uuid
     with open(f"{path}.lock", "w") as lock:  # xdist workers share the file, each its own GPU entry
         fcntl.flock(lock, fcntl.LOCK_EX)
         gpus = json.loads(path.read_text())
@@ -32,11 +32,11 @@ def _take(delta: int) -> int:
 
 class FakeRunner:
     def __init__(self, model: str, gpu_memory_utilization: float = 0.9, leak_bytes: int = 0):
-        total = instrument.platform().devices()[0].total_bytes
+        total = starts.platform().devices()[0].total_bytes
         config = {"model": model, "gpu_memory_utilization": gpu_memory_utilization}
         self.held = int(gpu_memory_utilization * total)
         self.leak_bytes = leak_bytes
-        with instrument.starting("vllm", model, config, fraction=gpu_memory_utilization) as run:
+        with starts.starting("vllm", model, config, fraction=gpu_memory_utilization) as run:
             free = _take(self.held)
             if free < self.held:
                 _take(-self.held)

@@ -1,0 +1,1 @@
+"""Configuration: the user's ``pyproject.toml``, ``[tool.harness]`` settings, suites and their phases."""

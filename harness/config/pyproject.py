@@ -1,0 +1,34 @@
+"""The user's ``pyproject.toml``: found from a directory upwards, its ``[tool.harness]`` table read."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from harness.errors import ConfigError
+
+
+def find_pyproject(start: Path | None = None) -> Path | None:
+    """The nearest ``pyproject.toml`` from ``start`` (the current directory) upwards."""
+    start = (start or Path.cwd()).resolve()
+    for directory in (start, *start.parents):
+        if (directory / "pyproject.toml").is_file():
+            return directory / "pyproject.toml"
+    return None
+
+
+def read_table(pyproject: Path | None) -> dict:
+    """``[tool.harness]`` as a dict ({} without a file or table); a broken file names file and line."""
+    if pyproject is None:
+        return {}
+    try:
+        with open(pyproject, "rb") as file:
+            data = tomllib.load(file)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{pyproject}: invalid TOML: {error}") from None
+    except OSError as error:
+        raise ConfigError(f"{pyproject}: cannot read: {error.strerror}") from None
+    table = data.get("tool", {}).get("harness", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{pyproject}: [tool.harness] must be a table")
+    return table

@@ -1,0 +1,6 @@
+"""The crash-safe runner ledger: each process appends its events, a reader merges them into records."""
+
+from harness.ledger.reader import Ledger, read, started
+from harness.ledger.writer import LedgerWriter
+
+__all__ = ["Ledger", "LedgerWriter", "read", "started"]

@@ -1,0 +1,2 @@
+"""The pytest glue: the recorder (entry point ``harness``) and worker pinning (entry point
+``harness_workers``), with per-platform timeouts."""

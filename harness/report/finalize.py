@@ -1,0 +1,51 @@
+"""``finalize(run_dir)``: the one place that reads a run directory (``phases.json``, ``ledger/``,
+``junit/``) and writes ``report.json``, ``junit.xml``, ``summary.md``, ``timeline.svg`` and
+``report.html``; the other report modules only turn the report dict into text, so every file is written
+the same crash-safe way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from harness.report import html, junit, summary, timeline
+from harness.report.build import build
+from harness.report.publish import publish as publish_summary
+from harness.report.store import write_atomic
+
+
+def finalize(run_dir: Path, env: Mapping[str, str] | None = None, publish: bool = True) -> dict:
+    """Write every report file of ``run_dir`` and return the report.
+
+    ``publish`` appends the summary to ``$GITHUB_STEP_SUMMARY`` and annotates the Buildkite build when
+    the environment says we run there.
+    """
+    env = os.environ if env is None else env
+    run_dir = Path(run_dir)
+    report = build(run_dir, env)
+    text = summary.render(report)
+    svg = timeline.svg(report)
+    write_atomic(run_dir / "report.json", json.dumps(report, indent=1, sort_keys=False) + "\n")
+    write_atomic(run_dir / "junit.xml", junit.merge(run_dir / "junit", report["records"]))
+    write_atomic(run_dir / "summary.md", text)
+    write_atomic(run_dir / "timeline.svg", svg)
+    write_atomic(run_dir / "report.html", html.page(report, svg, text))
+    if publish:
+        publish_summary(text, report, env)
+    return report
+
+
+def main(args: argparse.Namespace) -> int:
+    """``harness report DIR``: (re)write the report files of a run directory, e.g. after a killed run."""
+    run_dir = Path(args.run_dir)
+    report = finalize(run_dir)
+    total = report["starts"]["total"]
+    print(
+        f"{run_dir / 'report.json'}: {len(report['tests'])} tests, {total['starts']} runner starts "
+        f"({total['startup_s']:.1f} s), {len(report['findings'])} findings"
+    )
+    return 0

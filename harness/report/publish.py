@@ -1,0 +1,52 @@
+"""The summary where CI shows it: ``$GITHUB_STEP_SUMMARY`` and Buildkite annotations."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+
+from harness.report.outcomes import worst
+
+
+def annotation_context(suite: str | None, platform: str | None, shard: str | None = None) -> str:
+    """``harness-<suite>-<platform>[-<i>of<N>]``: the Buildkite annotation a run (or its CI step) writes."""
+    parts = ("harness", suite, platform, shard.replace("/", "of") if shard else None)
+    return "-".join(str(part) for part in parts if part)
+
+
+def publish(text: str, report: dict, env: Mapping[str, str]) -> None:
+    """Append to ``$GITHUB_STEP_SUMMARY`` and annotate the Buildkite build, when running there.
+
+    One annotation context per suite, platform and shard, so parallel jobs do not overwrite each other
+    and a re-run replaces its own. A failing agent is a warning: the report files are already written.
+    """
+    if env.get("GITHUB_STEP_SUMMARY"):
+        with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    agent = shutil.which("buildkite-agent", path=env.get("PATH"))
+    if env.get("BUILDKITE") and agent:
+        context = annotation_context(report.get("suite"), report["platform"].get("name"), report.get("shard"))
+        done = subprocess.run(
+            [agent, "annotate", "--style", style(report), "--context", context],
+            input=text,
+            text=True,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode:
+            message = (done.stderr.strip().splitlines() or [""])[-1]
+            print(
+                f"harness: warning: buildkite-agent annotate exited {done.returncode}: {message}",
+                file=sys.stderr,
+            )
+
+
+def style(report: dict) -> str:
+    """Buildkite annotation style: a failed phase is an error (no tests collected is not), findings a
+    warning."""
+    if worst([p["exit_code"] for p in report["phases"] if p.get("exit_code") is not None]):
+        return "error"
+    return "warning" if report["findings"] else "success"

@@ -1,0 +1,1 @@
+"""``harness run``: a suite's phases in order, one pytest process each, sharded on request."""

@@ -1,0 +1,28 @@
+"""The one module that reaches into vLLM internals: how a live ``vllm.LLM`` engine is stopped."""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+from harness.tracking.starts import Run
+
+
+def watch_engine(llm, run: Run) -> None:
+    """vLLM 0.32's LLM has no shutdown: callers stop ``llm.llm_engine.engine_core`` or drop the LLM.
+
+    Both end in the engine-core client's ``shutdown``; wrapping it on the instance records explicit
+    stops, and a finalizer on the LLM shuts the client down (idempotent in vLLM) and records the stop.
+    """
+    client = llm.llm_engine.engine_core
+    original = client.shutdown
+
+    def shutdown(*args, **kwargs):
+        began = time.monotonic()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            run.stop(began)
+
+    client.shutdown = shutdown
+    weakref.finalize(llm, shutdown).atexit = False
