@@ -45,17 +45,16 @@ def main() -> None:
     from harness import ledger
     from harness.errors import MemoryTimeout, RunnerBlocked
     from harness.memory.waits import wait_for_memory
-    from harness.tracking import attribution, starts
+    from harness.tracking import context
     from tests.unit.runner_suites.fake_runner import FakeRunner
 
-    starts.activate(ledger.LedgerWriter(work / "ledger", worker="main"))
-    attribution.enter_test(
-        "tests/models/test_colbert.py::test_colbert_shared", "tests/models/test_colbert.py"
-    )
-    attribution.enter_fixture("colbert_model", "module")
+    here = context.current()
+    here.writer = ledger.LedgerWriter(work / "ledger", worker="main")
+    here.owner.enter_test("tests/models/test_colbert.py::test_colbert_shared", "tests/models/test_colbert.py")
+    here.owner.enter_fixture("colbert_model", "module")
     shared = FakeRunner("colbert", gpu_memory_utilization=0.92)  # alive until the module ends
-    attribution.leave_fixture()
-    attribution.enter_test("tests/models/test_colbert.py::test_colbert_own", "tests/models/test_colbert.py")
+    here.owner.leave_fixture()
+    here.owner.enter_test("tests/models/test_colbert.py::test_colbert_own", "tests/models/test_colbert.py")
 
     began = time.monotonic()
     try:
@@ -63,7 +62,7 @@ def main() -> None:
     except RunnerBlocked as error:
         harness_s, harness_error = time.monotonic() - began, str(error)
 
-    platform = starts.platform()
+    platform = here.platform
     total = platform.devices()[0].total_bytes
     began = time.monotonic()
     try:

@@ -4,7 +4,7 @@ The API follows vLLM's own ``tests/conftest.py`` so a vLLM-style suite reads nat
 differences that make comparisons simpler: generated ids are the *new* tokens only (no prompt), and
 every method takes a list of prompts and returns one plain Python/NumPy result per prompt.
 
-Runners do not write the ledger: when the harness plugin is active, ``harness.instrument`` records every
+Runners do not write the ledger: when the harness plugin is active, ``harness.tracking`` records every
 ``vllm.LLM`` construction and engine shutdown and every HF model load, whoever builds them. What runners
 own is a start with known settings and a teardown in the order that gives memory back (see ``close``).
 vllm, torch and transformers are imported inside methods: importing this module costs nothing.
@@ -15,20 +15,14 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from harness.config.settings import load_settings
 from harness.memory.waits import settle
-from harness.platform import allocator, detect
+from harness.platform import allocator
+from harness.tracking.context import current
 
 # vLLM's CPU backend reserves ``gpu_memory_utilization`` x NUMA node 0 at start and refuses to start when
 # that much is not free: its 0.92 default fails on a 24 GiB host whose node 0 holds 7.6 GiB, 0.3 works
-# (../shared/notes/field-notes.md). GPU platforms keep vLLM's own default.
+# (measured on a 2-core, 24 GiB machine; docs/measurements.md). GPU platforms keep vLLM's own default.
 GPU_MEMORY_UTILIZATION = {"cpu": 0.3}
-
-
-def _environment():
-    """The platform and settings of this process (its detection and ``[tool.harness]``)."""
-    platform = detect().platform
-    return platform, load_settings(platform.name)
 
 
 def _free() -> None:
@@ -56,7 +50,8 @@ class VllmRunner:
     ) -> None:
         from vllm import LLM
 
-        self.platform, self.settings = _environment()
+        context = current()
+        self.platform, self.settings = context.platform, context.settings
         if gpu_memory_utilization is None:
             gpu_memory_utilization = GPU_MEMORY_UTILIZATION.get(self.platform.name)
         if gpu_memory_utilization is not None:
@@ -171,7 +166,8 @@ class HfRunner:
     ) -> None:
         import torch
 
-        self.platform, self.settings = _environment()
+        context = current()
+        self.platform, self.settings = context.platform, context.settings
         self.device = "cuda" if self.platform.name in ("cuda", "rocm") else "cpu"
         self.name = model
         torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)

@@ -14,6 +14,7 @@ a GPU the second waits 240 s for memory that never frees.
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -42,21 +43,27 @@ class Holder:
         return f"{self.label} ({held:.2f} GiB{fraction}, {started}): {self.owner.lifetime()}"
 
 
-_live: dict[object, Holder] = {}
+class Holders:
+    """The live holders of one process. Finalizers of collected runners release from whatever thread
+    collects them, hence the lock."""
 
+    def __init__(self) -> None:
+        self._live: dict[object, Holder] = {}
+        self._lock = threading.Lock()
 
-def hold(holder: Holder) -> None:
-    _live[holder.key] = holder
+    def hold(self, holder: Holder) -> None:
+        with self._lock:
+            self._live[holder.key] = holder
 
+    def release(self, key: object) -> Holder | None:
+        with self._lock:
+            return self._live.pop(key, None)
 
-def release(key: object) -> Holder | None:
-    return _live.pop(key, None)
-
-
-def holders(devices: Iterable[int] | None = None) -> list[Holder]:
-    """Live holders, in the order they started, on any of ``devices`` (all when None)."""
-    wanted = None if devices is None else set(devices)
-    return [h for h in _live.values() if wanted is None or wanted & set(h.devices)]
+    def on(self, devices: Iterable[int] | None = None) -> list[Holder]:
+        """Live holders, in the order they started, on any of ``devices`` (all when None)."""
+        wanted = None if devices is None else set(devices)
+        with self._lock:
+            return [h for h in self._live.values() if wanted is None or wanted & set(h.devices)]
 
 
 @dataclass(frozen=True)
@@ -68,12 +75,11 @@ class Need:
     fraction: float | None = None
 
 
-def _conflict(need: Need, memory: dict) -> tuple[str, list[Holder]] | None:
+def _conflict(need: Need, memory: dict, live: list[Holder]) -> tuple[str, list[Holder]] | None:
     """(what is short, the holders that explain it) or None when the runner fits.
 
     An empty holder list means the shortage is not explained by anything this process keeps alive.
     """
-    live = holders(need.devices)
     if need.fraction is not None:
         declaring = [h for h in live if h.fraction is not None]
         declared = sum(h.fraction for h in declaring)
@@ -103,6 +109,7 @@ def admit(
     label: str,
     need: Need,
     *,
+    holders: Holders,
     memory: Callable[[], dict],
     grace_s: float,
     wait: Callable[[Need], None],
@@ -118,7 +125,7 @@ def admit(
     deadline = time.monotonic() + grace_s
     collected = False
     while True:
-        found = _conflict(need, memory())
+        found = _conflict(need, memory(), holders.on(need.devices))
         if found is None:
             return
         short, explaining = found

@@ -15,11 +15,9 @@ from pathlib import Path
 import pytest
 
 from harness import ledger
-from harness.errors import HarnessError
-from harness.memory import admission
-from harness.pytest_plugin.workers import is_controller, worker_event, worker_id
+from harness.pytest_plugin.workers import is_controller, process_context, worker_event, worker_id
 from harness.runners import HfRunner, VllmRunner
-from harness.tracking import attribution, patches, starts
+from harness.tracking import patches, starts
 from harness.tracking.sampler import MemorySampler
 
 _DIR = pytest.StashKey[Path]()
@@ -46,10 +44,8 @@ def _enabled(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("no_harness"):
         return
-    try:  # a broken [tool.harness] or device mask is one line, not an INTERNALERROR
-        platform, settings = starts.platform(), starts.settings()
-    except HarnessError as error:
-        raise pytest.UsageError(str(error)) from None
+    here = process_context(config)  # a broken [tool.harness] or device mask is a usage error
+    platform, settings = here.platform, here.settings
     workerinput = getattr(config, "workerinput", {})
     directory = (
         workerinput.get("harness_ledger_dir")
@@ -64,9 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if is_controller(config):
         return
     worker = worker_id(config)
-    attribution.set_worker(worker)
-    writer = ledger.LedgerWriter(config.stash[_DIR], worker=worker)
-    starts.activate(writer)
+    here.owner.worker = worker
+    here.writer = writer = ledger.LedgerWriter(config.stash[_DIR], worker=worker)
     patches.install()
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
     if settings.memory_sample_s > 0:
@@ -77,7 +72,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _SAMPLER in config.stash:
         config.stash[_SAMPLER].stop()
-    starts.deactivate()
+    if _DIR in config.stash:
+        process_context(config).writer = None
 
 
 class _Controller:
@@ -113,7 +109,7 @@ class _Recorder:
         self.reports: dict[str, pytest.TestReport] = {}
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
-        attribution.enter_test(nodeid, location[0])
+        process_context(self.config).owner.enter_test(nodeid, location[0])
         self.reports = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -138,7 +134,7 @@ class _Recorder:
             device=_device(self.config),
             phase=os.environ.get("HARNESS_PHASE"),
         )
-        attribution.leave_test()
+        process_context(self.config).owner.leave_test()
 
 
 def _timed_out(report: pytest.TestReport) -> bool:
@@ -171,7 +167,7 @@ def _outcome(reports: dict) -> str:
 def _device(config: pytest.Config) -> str | None:
     """The UUID of this process's first visible device; read once, the pin does not change mid-session."""
     if _DEVICE not in config.stash:
-        devices = starts.platform().devices()
+        devices = process_context(config).platform.devices()
         config.stash[_DEVICE] = devices[0].uuid if devices else None
     return config.stash[_DEVICE]
 
@@ -179,14 +175,15 @@ def _device(config: pytest.Config) -> str | None:
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef, request):
     """Attribute runners built during a fixture's setup to it, and hold fixtures that grew memory."""
-    if not _enabled(request.config) or starts.writer() is None:
+    if not _enabled(request.config) or process_context(request.config).writer is None:
         return (yield)
     with starts.fixture_setup(("fixture", id(fixturedef)), fixturedef.argname, fixturedef.scope):
         return (yield)
 
 
 def pytest_fixture_post_finalizer(fixturedef, request) -> None:
-    admission.release(("fixture", id(fixturedef)))
+    if _enabled(request.config):
+        process_context(request.config).holders.release(("fixture", id(fixturedef)))
 
 
 @pytest.fixture

@@ -22,15 +22,15 @@ from dataclasses import dataclass
 import pytest
 
 from harness.config.pyproject import find_pyproject
-from harness.config.settings import load_settings
 from harness.errors import HarnessError
-from harness.platform import detect
 from harness.pytest_plugin.timeouts import default_timeout
+from harness.tracking import context
+from harness.tracking.context import Context
 
 PIN = "harness_pin"  # workerinput key: {"variables", "mask", "uuid"}
 PLATFORM = "harness_platform"  # workerinput key: the controller's platform name
-_DETECTION = pytest.StashKey()
-_SETTINGS = pytest.StashKey()
+_CONTEXT = pytest.StashKey[Context]()
+_REPLACED = pytest.StashKey[Context | None]()
 _NARROWED = pytest.StashKey[dict]()
 _INVALID = pytest.StashKey[str]()
 
@@ -43,29 +43,27 @@ class Slot:
     uuid: str
 
 
-def _detection(config: pytest.Config):
-    """The platform, detected once per process (the controller's choice is passed on to workers)."""
-    if _DETECTION not in config.stash:
+def process_context(config: pytest.Config) -> Context:
+    """This session's process context, from pytest's rootdir; the controller's platform choice is passed
+    on to workers. The context it replaced comes back at unconfigure (a pytest run inside a test)."""
+    if _CONTEXT not in config.stash:
         env = dict(os.environ)
         workerinput = getattr(config, "workerinput", {})
         if PLATFORM in workerinput:
             env["HARNESS_PLATFORM"] = workerinput[PLATFORM]
         try:
-            config.stash[_DETECTION] = detect(env)
+            built = context.build(find_pyproject(config.rootpath), env)
         except HarnessError as error:
             raise pytest.UsageError(str(error)) from None
-    return config.stash[_DETECTION]
+        config.stash[_REPLACED] = context.use(built)
+        config.stash[_CONTEXT] = built
+    return config.stash[_CONTEXT]
 
 
-def _settings(config: pytest.Config):
-    if _SETTINGS not in config.stash:
-        try:
-            config.stash[_SETTINGS] = load_settings(
-                _detection(config).platform.name, find_pyproject(config.rootpath)
-            )
-        except HarnessError as error:
-            raise pytest.UsageError(str(error)) from None
-    return config.stash[_SETTINGS]
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _CONTEXT in config.stash:
+        context.use(config.stash[_REPLACED])
 
 
 def outer_mask(platform_name: str, env=os.environ) -> tuple[str, str | None]:
@@ -93,10 +91,10 @@ def mask_variables(platform_name: str, mask: str) -> dict[str, str]:
 
 def _worker_slots(config: pytest.Config) -> list[Slot]:
     """The slots workers are dealt from, each device repeated ``workers_per_gpu`` times (device-major)."""
-    platform = _detection(config).platform
+    platform = process_context(config).platform
     if platform.mask_variable is None:
         return []
-    return [slot for slot in slots(platform) for _ in range(_settings(config).workers_per_gpu)]
+    return [slot for slot in slots(platform) for _ in range(process_context(config).settings.workers_per_gpu)]
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -104,8 +102,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: one worker per visible GPU (× ``workers_per_gpu``); ``cpu_workers`` on the CPU."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # the user's explicit count; xdist's own hook reads it
-    if _detection(config).platform.mask_variable is None:
-        return _settings(config).cpu_workers
+    if process_context(config).platform.mask_variable is None:
+        return process_context(config).settings.cpu_workers
     return len(_worker_slots(config))
 
 
@@ -132,15 +130,15 @@ def pytest_configure(config: pytest.Config) -> None:
         _pin(config, workerinput[PIN], workerinput["workerid"])
     elif workerinput is None:
         count = _worker_count(config)
-        if count and _detection(config).platform.mask_variable is not None:
+        if count and process_context(config).platform.mask_variable is not None:
             available = len(_worker_slots(config))
             if count > available:
-                per_gpu = _settings(config).workers_per_gpu
+                per_gpu = process_context(config).settings.workers_per_gpu
                 raise pytest.UsageError(
                     f"-n {count} asks for more workers than the {available // per_gpu} visible GPU(s) "
                     f"× workers_per_gpu={per_gpu} allow; set workers_per_gpu in [tool.harness] to share GPUs"
                 )
-    default_timeout(config, _settings(config).test_timeout_s)
+    default_timeout(config, process_context(config).settings.test_timeout_s)
 
 
 def _pin(config: pytest.Config, pin: dict, worker: str) -> None:
@@ -176,7 +174,7 @@ class _Unpinned:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_setupnodes(config: pytest.Config, specs: list) -> None:
     """Deal one slot to each worker through its execnet spec's ``env``, set before pytest starts there."""
-    name = _detection(config).platform.name
+    name = process_context(config).platform.name
     for spec, slot in zip(specs, _worker_slots(config), strict=False):
         spec.env.update(mask_variables(name, slot.mask))
 
@@ -185,7 +183,7 @@ def pytest_xdist_setupnodes(config: pytest.Config, specs: list) -> None:
 def pytest_configure_node(node) -> None:
     """Tell the worker its pin; a replacement for a crashed worker inherits the crashed one's spec."""
     config = node.config
-    platform = _detection(config).platform
+    platform = process_context(config).platform
     node.workerinput[PLATFORM] = platform.name
     if platform.mask_variable is None:
         return
@@ -213,7 +211,7 @@ def worker_event(config: pytest.Config) -> dict:
     pin = getattr(config, "workerinput", {}).get(PIN)
     if pin is not None:
         return {"worker": worker, "devices": [pin["uuid"]], "mask": pin["mask"], "pid": os.getpid()}
-    platform = _detection(config).platform
+    platform = process_context(config).platform
     if platform.mask_variable is None:
         return {"worker": worker, "devices": ["cpu"], "mask": None, "pid": os.getpid()}
     return {
@@ -225,7 +223,7 @@ def worker_event(config: pytest.Config) -> dict:
 
 
 def _visible_gpus(config: pytest.Config) -> int:
-    platform = _detection(config).platform
+    platform = process_context(config).platform
     return 0 if platform.mask_variable is None else len(platform.devices())
 
 
@@ -262,7 +260,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if count > visible:
             item.add_marker(pytest.mark.skip(reason=f"needs {count} GPUs, {visible} visible"))
         elif serial and count < visible:
-            platform = _detection(config).platform
+            platform = process_context(config).platform
             mask = ",".join(slot.mask for slot in slots(platform)[:count])
             item.stash[_NARROWED] = mask_variables(platform.name, mask)
             narrowed = True

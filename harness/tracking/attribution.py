@@ -10,38 +10,31 @@ import os
 
 from harness.ledger.records import Owner
 
-_worker = "main"  # the xdist worker id, or "main"; set once per session by the plugin
-_test: tuple[str, str] | None = None  # (nodeid, file)
-_fixtures: list[tuple[str, str]] = []  # (name, scope), innermost last
 
+class Attribution:
+    """The owner of anything created now in this process; the pytest plugin moves it through its hooks."""
 
-def set_worker(name: str) -> None:
-    global _worker
-    _worker = name
+    def __init__(self, worker: str = "main") -> None:
+        self.worker = worker  # the xdist worker id, or "main"
+        self._test: tuple[str, str] | None = None  # (nodeid, file)
+        self._fixtures: list[tuple[str, str]] = []  # (name, scope), innermost last
 
+    def enter_test(self, nodeid: str, file: str) -> None:
+        self._test = (nodeid, file)
 
-def enter_test(nodeid: str, file: str) -> None:
-    global _test
-    _test = (nodeid, file)
+    def leave_test(self) -> None:
+        self._test = None
+        self._fixtures.clear()
 
+    def enter_fixture(self, name: str, scope: str) -> None:
+        self._fixtures.append((name, scope))
 
-def leave_test() -> None:
-    global _test
-    _test = None
-    _fixtures.clear()
+    def leave_fixture(self) -> None:
+        if self._fixtures:
+            self._fixtures.pop()
 
-
-def enter_fixture(name: str, scope: str) -> None:
-    _fixtures.append((name, scope))
-
-
-def leave_fixture() -> None:
-    if _fixtures:
-        _fixtures.pop()
-
-
-def current() -> Owner:
-    """The owner of anything created now: the innermost fixture in setup, else the test body."""
-    nodeid, file = _test or (None, None)
-    fixture, scope = _fixtures[-1] if _fixtures else (None, None)
-    return Owner(nodeid, file, fixture, scope, _worker, os.environ.get("HARNESS_PHASE"))
+    def current(self) -> Owner:
+        """The innermost fixture in setup, else the test body."""
+        nodeid, file = self._test or (None, None)
+        fixture, scope = self._fixtures[-1] if self._fixtures else (None, None)
+        return Owner(nodeid, file, fixture, scope, self.worker, os.environ.get("HARNESS_PHASE"))

@@ -1,16 +1,13 @@
-"""Every runner start lands in the ledger: the recording API, and the hooks that apply it to foreign runners.
+"""Every runner start lands in the ledger: ``starting(...)`` is the one path a start takes.
 
-``starting(...)`` is the one path a start takes, whoever builds the runner: it runs the admission check,
-writes ``runner-start`` / ``runner-started`` / ``runner-failed``, keeps the runner as a live holder and
-records its stop (explicit, or when the object is collected). ``install()`` wraps ``vllm.LLM``,
-transformers' ``PreTrainedModel.from_pretrained`` and ``SentenceTransformer`` when the suite imports them
-(a meta-path hook), so suites with their own conftest are counted without paying for those imports.
+Whoever builds the runner (the harness's runners, or ``tracking.patches`` for foreign ones), this runs the
+admission check, writes ``runner-start`` / ``runner-started`` / ``runner-failed``, keeps the runner as a
+live holder and records its stop (explicit, or when the object is collected).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import inspect
 import json
@@ -21,55 +18,24 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from harness.config.settings import load_settings
 from harness.errors import RunnerBlocked
 from harness.ledger.writer import LedgerWriter
 from harness.memory import admission
 from harness.memory.waits import wait_for_memory
-from harness.platform import allocator, detect
+from harness.platform import allocator
 from harness.platform.base import GIB
-from harness.tracking import attribution
+from harness.tracking.context import current
 
-VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature cannot be read
-
-_writer: LedgerWriter | None = None
 _starting = threading.local()  # a load inside a load (SentenceTransformer -> from_pretrained) counts once
 
 
-def activate(writer: LedgerWriter) -> None:
-    """Record from now on into ``writer`` (the plugin calls this once per process)."""
-    global _writer
-    _writer = writer
-
-
-def deactivate() -> None:
-    global _writer
-    _writer = None
-
-
-def writer() -> LedgerWriter | None:
-    """The ledger this process records into, or None when the harness is off."""
-    return _writer
-
-
-@functools.cache
-def platform():
-    """The platform of this process, detected once (A's ``harness.platform.detect``)."""
-    return detect().platform
-
-
-@functools.cache
-def settings():
-    return load_settings(platform().name)
-
-
 def _device_keys(devices: tuple[int, ...]) -> dict[int, str]:
-    known = {d.index: d.uuid for d in platform().devices()}
+    known = {d.index: d.uuid for d in current().platform.devices()}
     return {i: known.get(i, str(i)) for i in devices}
 
 
 def _used(keys: dict[int, str]) -> dict[str, int]:
-    readings = platform().memory()
+    readings = current().platform.memory()
     return {uuid: readings[i].used_bytes for i, uuid in keys.items() if i in readings}
 
 
@@ -119,7 +85,7 @@ class Run:
     def __init__(self, writer: LedgerWriter, kind: str, model: str, devices: tuple[int, ...], need):
         self.writer, self.kind, self.model, self.devices, self.need = writer, kind, model, devices, need
         self.id = writer.new_id()
-        self.owner = attribution.current()
+        self.owner = current().owner.current()
         self.keys = _device_keys(devices)
         self.mem_before = _used(self.keys)
         self.fresh_context = not allocator.initialised()
@@ -141,7 +107,7 @@ class Run:
             }
         measured = {i: after.get(u, 0) - self.mem_before.get(u, 0) for i, u in self.keys.items()}
         declared = {i: self.need.bytes for i in self.devices} if self.need.bytes is not None else measured
-        admission.hold(
+        current().holders.hold(
             admission.Holder(
                 key=self.id,
                 label=self.label(),
@@ -157,16 +123,17 @@ class Run:
 
         ``began`` is the ``time.monotonic()`` at which the runner's own teardown started, if it had one.
         """
-        if self.stopped or _writer is not self.writer:
+        context = current()
+        if self.stopped or context.writer is not self.writer:
             return
         self.stopped = True
         began = time.monotonic() if began is None else began
-        admission.release(self.id)
+        context.holders.release(self.id)
         after = _used(self.keys)
         self.writer.write(
             "runner-stopped", id=self.id, teardown_s=round(time.monotonic() - began, 3), mem_after_stop=after
         )
-        _unchecked.append(self)
+        context.stopped(self)
 
     def kept(self) -> dict[str, int]:
         """Bytes per device above the pre-start level, now."""
@@ -180,7 +147,6 @@ class Run:
         weakref.finalize(obj, self.stop).atexit = False
 
 
-_unchecked: list[Run] = []  # stopped runners whose memory has not been checked yet
 RELEASE_WAIT_S = 2.0
 
 
@@ -192,27 +158,28 @@ def check_released(wait_s: float = RELEASE_WAIT_S, poll_s: float = 0.1) -> None:
     allocator, the engine process being reaped), and memory needs those to come back. torch's cached but
     unreferenced blocks are given back first, so only memory something still references counts.
     """
-    if not _unchecked:
+    context = current()
+    runs = context.take_stopped()
+    if not runs:
         return
     allocator.empty_cache()
-    tolerance = settings().release_tolerance_gib * GIB
+    tolerance = context.settings.release_tolerance_gib * GIB
     deadline = time.monotonic() + wait_s
-    while any(kept > tolerance for run in _unchecked for kept in run.kept().values()):
+    while any(kept > tolerance for run in runs for kept in run.kept().values()):
         if time.monotonic() >= deadline:
             break
         time.sleep(poll_s)
-    for run in _unchecked:
+    for run in runs:
         for uuid, kept in run.kept().items():
-            if kept > tolerance and run.writer is _writer:
+            if kept > tolerance and run.writer is context.writer:
                 run.writer.write(
                     "finding",
                     type="memory-not-released",
                     runner=run.id,
                     test=run.owner.test,
                     message=f"{run.label()} from {run.owner.test} left {kept / GIB:.2f} GiB on {uuid} "
-                    f"after its stop (tolerance {settings().release_tolerance_gib:g} GiB)",
+                    f"after its stop (tolerance {context.settings.release_tolerance_gib:g} GiB)",
                 )
-    _unchecked.clear()
 
 
 @contextlib.contextmanager
@@ -220,28 +187,30 @@ def fixture_setup(key: object, name: str, scope: str) -> Iterator[None]:
     """A fixture's setup: what starts inside is attributed to it, and if the device grew beyond the release
     tolerance without a runner to account for it (a raw tensor, a model loaded some other way), the fixture
     itself is held until ``admission.release(key)`` at its teardown."""
-    attribution.enter_fixture(name, scope)
-    owner = attribution.current()
-    holders_before = len(admission.holders())
-    before = {i: r.used_bytes for i, r in platform().memory().items()}
+    context = current()
+    context.owner.enter_fixture(name, scope)
+    owner = context.owner.current()
+    holders_before = len(context.holders.on())
+    before = {i: r.used_bytes for i, r in context.platform.memory().items()}
     try:
         yield
     finally:
-        attribution.leave_fixture()
-        grown = {i: r.used_bytes - before.get(i, r.used_bytes) for i, r in platform().memory().items()}
-        held = {i: g for i, g in grown.items() if g > settings().release_tolerance_gib * GIB}
+        context.owner.leave_fixture()
+        grown = {i: r.used_bytes - before.get(i, r.used_bytes) for i, r in context.platform.memory().items()}
+        held = {i: g for i, g in grown.items() if g > context.settings.release_tolerance_gib * GIB}
         # a fixture that started a runner is already held through that runner
-        if held and len(admission.holders()) == holders_before:
-            admission.hold(admission.Holder(key, f"fixture `{name}`", owner, tuple(held), held))
+        if held and len(context.holders.on()) == holders_before:
+            context.holders.hold(admission.Holder(key, f"fixture `{name}`", owner, tuple(held), held))
 
 
 def _wait(need: admission.Need) -> None:
-    readings = platform().memory()
+    platform = current().platform
+    readings = platform.memory()
     wait_for_memory(
-        platform(),
+        platform,
         need.devices,
         per_device={i: readings[i].total_bytes - need.bytes for i in need.devices},
-        timeout_s=settings().memory_wait_timeout_s,
+        timeout_s=current().settings.memory_wait_timeout_s,
     )
 
 
@@ -260,13 +229,14 @@ def starting(
     on the CPU platform the device is NUMA node 0, the figure vLLM's CPU backend checks).
     """
     __tracebackhide__ = True
-    writer = _writer
+    context = current()
+    writer = context.writer
     if writer is None or getattr(_starting, "active", False):
         yield None
         return
     _starting.active = True
     try:
-        totals = {d.index: d.total_bytes for d in platform().devices()}
+        totals = {d.index: d.total_bytes for d in current().platform.devices()}
         # more ranks than visible devices (the CPU has one; a pinned worker one GPU): account for what is
         # visible and let the runner itself refuse what it cannot have
         devices = tuple(d for d in devices if d in totals) or tuple(totals)[:1]
@@ -275,7 +245,7 @@ def starting(
             need_bytes = int(fraction * min(totals[i] for i in devices))
         # vLLM's CPU backend checks node memory itself and fails at once; what it cannot see there is
         # another live engine, so on the CPU admission checks the declared fractions only
-        measured = need_bytes if platform().name != "cpu" else None
+        measured = need_bytes if current().platform.name != "cpu" else None
         need = admission.Need(devices=devices, bytes=measured, fraction=fraction)
         run = Run(writer, kind, model, devices, need)
         owner = run.owner
@@ -301,14 +271,15 @@ def starting(
             admission.admit(
                 run.label(),
                 need,
-                memory=platform().memory,
-                grace_s=settings().block_grace_s,
+                holders=context.holders,
+                memory=context.platform.memory,
+                grace_s=current().settings.block_grace_s,
                 wait=_wait,
             )
             yield run
         except BaseException as error:
             blocked = isinstance(error, RunnerBlocked)
-            names = [h.describe() for h in admission.holders(devices)] if blocked else []
+            names = [h.describe() for h in context.holders.on(devices)] if blocked else []
             message = str(error).splitlines()[0] if str(error) else type(error).__name__
             writer.write(
                 "runner-failed",

@@ -13,37 +13,38 @@ GIB = 2**30
 MODULE_OWNER = Owner("t.py::test_first", "t.py", "engine", "module", "main", None)
 
 
-@pytest.fixture(autouse=True)
-def no_holders():
-    yield
-    for holder in admission.holders():
-        admission.release(holder.key)
+@pytest.fixture
+def live():
+    """This test's holders (a process keeps one registry, in its context)."""
+    return admission.Holders()
 
 
 def _memory(used_gib: float, total_gib: float = 80):
     return lambda: {0: MemoryReading(int(used_gib * GIB), int(total_gib * GIB))}
 
 
-def _engine(fraction: float, key="gw0-1"):
-    admission.hold(
+def _engine(live, fraction: float, key="gw0-1"):
+    live.hold(
         admission.Holder(key, "vllm runner `m`", MODULE_OWNER, (0,), {0: int(fraction * 80 * GIB)}, fraction)
     )
 
 
-def _admit(need, used_gib, grace_s=0.2):
+def _admit(live, need, used_gib, grace_s=0.2):
     waited = []
-    admission.admit("vllm runner `new`", need, memory=_memory(used_gib), grace_s=grace_s, wait=waited.append)
+    admission.admit(
+        "vllm runner `new`", need, holders=live, memory=_memory(used_gib), grace_s=grace_s, wait=waited.append
+    )
     return waited
 
 
-def test_fits_without_waiting():
-    assert _admit(admission.Need((0,), 40 * GIB, 0.5), used_gib=1) == []
+def test_fits_without_waiting(live):
+    assert _admit(live, admission.Need((0,), 40 * GIB, 0.5), used_gib=1) == []
 
 
-def test_declared_fractions_past_one_block_even_when_measured_memory_is_free():
-    _engine(0.6)
+def test_declared_fractions_past_one_block_even_when_measured_memory_is_free(live):
+    _engine(live, 0.6)
     with pytest.raises(RunnerBlocked) as error:
-        _admit(admission.Need((0,), int(0.6 * 80 * GIB), 0.6), used_gib=2)  # CPU: KV cache untouched
+        _admit(live, admission.Need((0,), int(0.6 * 80 * GIB), 0.6), used_gib=2)  # CPU: KV cache untouched
     message = str(error.value)
     assert "together 1.2 > 1" in message
     assert "fixture `engine` is module-scoped and lives until the end of t.py" in message
@@ -51,41 +52,55 @@ def test_declared_fractions_past_one_block_even_when_measured_memory_is_free():
     assert "\n" not in message
 
 
-def test_measured_shortage_explained_by_a_holder_blocks():
-    admission.hold(admission.Holder("f", "fixture `tensor`", MODULE_OWNER, (0,), {0: 60 * GIB}))
+def test_measured_shortage_explained_by_a_holder_blocks(live):
+    live.hold(admission.Holder("f", "fixture `tensor`", MODULE_OWNER, (0,), {0: 60 * GIB}))
     with pytest.raises(RunnerBlocked, match=r"device 0 has 19.00 GiB free.*fixture `tensor` \(60.00 GiB"):
-        _admit(admission.Need((0,), 30 * GIB), used_gib=61)
+        _admit(live, admission.Need((0,), 30 * GIB), used_gib=61)
 
 
-def test_shortage_nobody_here_explains_goes_to_the_platform_wait():
-    _engine(0.1)  # 8 GiB: freeing it would not make 70 GiB fit
+def test_shortage_nobody_here_explains_goes_to_the_platform_wait(live):
+    _engine(live, 0.1)  # 8 GiB: freeing it would not make 70 GiB fit
     need = admission.Need((0,), 70 * GIB, None)
-    assert _admit(need, used_gib=20) == [need]
+    assert _admit(live, need, used_gib=20) == [need]
 
 
-def test_holders_on_other_devices_do_not_count():
-    _engine(0.9)
+def test_holders_on_other_devices_do_not_count(live):
+    _engine(live, 0.9)
     two = {0: MemoryReading(75 * GIB, 80 * GIB), 1: MemoryReading(GIB, 80 * GIB)}
-    admission.admit("x", admission.Need((1,), 40 * GIB, 0.5), memory=lambda: two, grace_s=0, wait=pytest.fail)
+    admission.admit(
+        "x",
+        admission.Need((1,), 40 * GIB, 0.5),
+        holders=live,
+        memory=lambda: two,
+        grace_s=0,
+        wait=pytest.fail,
+    )
     with pytest.raises(RunnerBlocked):
         admission.admit(
-            "x", admission.Need((0,), 40 * GIB, 0.5), memory=lambda: two, grace_s=0, wait=pytest.fail
+            "x",
+            admission.Need((0,), 40 * GIB, 0.5),
+            holders=live,
+            memory=lambda: two,
+            grace_s=0,
+            wait=pytest.fail,
         )
 
 
-def test_a_holder_released_during_the_grace_lets_the_runner_start():
-    _engine(0.6)
+def test_a_holder_released_during_the_grace_lets_the_runner_start(live):
+    _engine(live, 0.6)
     readings = iter([_memory(50)(), _memory(50)(), _memory(1)()])
 
     def memory():
         reading = next(readings)
         if reading[0].used_bytes < 2 * GIB:
-            admission.release("gw0-1")
+            live.release("gw0-1")
         return reading
 
-    admission.admit("x", admission.Need((0,), 40 * GIB, None), memory=memory, grace_s=5, wait=pytest.fail)
+    admission.admit(
+        "x", admission.Need((0,), 40 * GIB, None), holders=live, memory=memory, grace_s=5, wait=pytest.fail
+    )
 
 
-def test_unknown_need_is_admitted():
-    _engine(0.9)
-    assert _admit(admission.Need((0,), None, None), used_gib=79) == []
+def test_unknown_need_is_admitted(live):
+    _engine(live, 0.9)
+    assert _admit(live, admission.Need((0,), None, None), used_gib=79) == []

@@ -7,10 +7,11 @@ import sys
 import pytest
 
 from harness import ledger
+from harness.config.settings import load_settings
 from harness.memory import admission
 from harness.platform import allocator
 from harness.platform.base import Device, MemoryReading, Platform
-from harness.tracking import starts
+from harness.tracking import context, starts
 from tests.fakes.torch_cuda import GIB, FakeCuda, module
 
 TOTAL = 80 * GIB
@@ -56,6 +57,7 @@ def test_cached_blocks_of_a_torn_down_fixture_do_not_send_a_start_to_the_long_wa
     admission.admit(
         "engine runner `own`",
         admission.Need((0,), 50 * GIB),
+        holders=admission.Holders(),
         memory=OneGpu(cuda).memory,
         grace_s=0.2,
         wait=waited.append,
@@ -65,14 +67,12 @@ def test_cached_blocks_of_a_torn_down_fixture_do_not_send_a_start_to_the_long_wa
 
 
 @pytest.fixture
-def recording(cuda, tmp_path, monkeypatch):
-    platform = OneGpu(cuda)
-    monkeypatch.setattr(starts, "platform", lambda: platform)
-    starts.settings.cache_clear()
-    starts.activate(ledger.LedgerWriter(tmp_path, worker="main"))
+def recording(cuda, tmp_path):
+    here = context.Context(OneGpu(cuda), load_settings("cuda", None, env={}))
+    here.writer = ledger.LedgerWriter(tmp_path, worker="main")
+    replaced = context.use(here)
     yield tmp_path
-    starts.deactivate()
-    starts.settings.cache_clear()
+    context.use(replaced)
 
 
 def _hf_start(cuda: FakeCuda, model_bytes: int) -> starts.Run:

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from harness.tracking import attribution
+from harness.ledger.records import Owner
+from harness.tracking import context
+from harness.tracking.attribution import Attribution
 
 
-@pytest.fixture
-def clean():
-    worker = attribution.current().worker  # this session's own, set by the plugin
-    yield
-    attribution.leave_test()
-    attribution.set_worker(worker)
-
-
-def test_innermost_fixture_owns_then_the_test_body(clean, monkeypatch):
-    attribution.set_worker("gw1")
+def test_innermost_fixture_owns_then_the_test_body(monkeypatch):
+    attribution = Attribution("gw1")
     monkeypatch.setenv("HARNESS_PHASE", "pooling")
     attribution.enter_test("t.py::test_x", "t.py")
     attribution.enter_fixture("outer", "module")
     attribution.enter_fixture("inner", "function")
-    assert attribution.current() == attribution.Owner(
-        "t.py::test_x", "t.py", "inner", "function", "gw1", "pooling"
-    )
+    assert attribution.current() == Owner("t.py::test_x", "t.py", "inner", "function", "gw1", "pooling")
     attribution.leave_fixture()
     assert (attribution.current().fixture, attribution.current().scope) == ("outer", "module")
     attribution.leave_fixture()
@@ -31,7 +23,7 @@ def test_innermost_fixture_owns_then_the_test_body(clean, monkeypatch):
 
 
 def test_the_plugin_attributes_to_the_running_test(request):
-    owner = attribution.current()
+    owner = context.current().owner.current()
     assert (owner.test, owner.file, owner.fixture) == (
         request.node.nodeid,
         "tests/unit/test_attribution.py",
@@ -39,9 +31,8 @@ def test_the_plugin_attributes_to_the_running_test(request):
     )
 
 
-def test_outside_any_test_nothing_is_named(clean):
-    attribution.leave_test()
-    owner = attribution.current()
+def test_outside_any_test_nothing_is_named():
+    owner = Attribution().current()
     assert (owner.test, owner.file, owner.fixture) == (None, None, None)
 
 
@@ -58,10 +49,10 @@ def test_outside_any_test_nothing_is_named(clean):
     ],
 )
 def test_lifetime_says_what_would_free_it(scope, says):
-    owner = attribution.Owner("tests/m.py::T::t", "tests/m.py", "colbert_model", scope, "main", None)
+    owner = Owner("tests/m.py::T::t", "tests/m.py", "colbert_model", scope, "main", None)
     assert owner.lifetime().startswith(f"fixture `colbert_model` {says}")
 
 
 def test_a_runner_built_in_the_test_body_is_freed_by_closing_it():
-    owner = attribution.Owner("t.py::x", "t.py", None, None, "main", None)
+    owner = Owner("t.py::x", "t.py", None, None, "main", None)
     assert owner.lifetime() == "created in the body of t.py::x; closing it before the test ends frees it"

@@ -12,13 +12,13 @@ import json
 import os
 from pathlib import Path
 
-from harness.tracking import starts
+from harness.tracking import context, starts
 
 
 def _take(delta: int) -> int:
     """Add ``delta`` used bytes to this process's first visible fake GPU; returns its free bytes before."""
     path = Path(os.environ["FAKE_GPUS_FILE"])
-    uuid = starts.platform().devices()[0].uuid
+    uuid = context.current().platform.devices()[0].uuid
     with open(f"{path}.lock", "w") as lock:  # xdist workers share the file, each its own GPU entry
         fcntl.flock(lock, fcntl.LOCK_EX)
         gpus = json.loads(path.read_text())
@@ -32,7 +32,7 @@ def _take(delta: int) -> int:
 
 class FakeRunner:
     def __init__(self, model: str, gpu_memory_utilization: float = 0.9, leak_bytes: int = 0):
-        total = starts.platform().devices()[0].total_bytes
+        total = context.current().platform.devices()[0].total_bytes
         config = {"model": model, "gpu_memory_utilization": gpu_memory_utilization}
         self.held = int(gpu_memory_utilization * total)
         self.leak_bytes = leak_bytes

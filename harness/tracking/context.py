@@ -1,0 +1,73 @@
+"""The one process context: platform, settings, live holders, ownership, the ledger writer.
+
+Found one way: inside pytest the plugin configures it from pytest's rootdir (``configure``); anywhere else
+the first use finds ``pyproject.toml`` from the current directory. ``use`` swaps in another context (a
+nested pytest session, a test's fake platform) and returns the one it replaced. Runner finalizers and the
+memory sampler reach it from other threads: the holders and the stopped runners are locked.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config.pyproject import find_pyproject
+from harness.config.settings import Settings, load_settings
+from harness.ledger.writer import LedgerWriter
+from harness.memory.admission import Holders
+from harness.platform import detect
+from harness.platform.base import Platform
+from harness.tracking.attribution import Attribution
+
+
+@dataclass
+class Context:
+    platform: Platform
+    settings: Settings
+    reason: str = ""  # why this platform (doctor and the report say it)
+    holders: Holders = field(default_factory=Holders)
+    owner: Attribution = field(default_factory=Attribution)
+    writer: LedgerWriter | None = None  # None: not recording
+    _stopped: list[Any] = field(default_factory=list)  # stopped runs whose release is not checked yet
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def stopped(self, run: Any) -> None:
+        with self._lock:
+            self._stopped.append(run)
+
+    def take_stopped(self) -> list[Any]:
+        with self._lock:
+            runs, self._stopped = self._stopped, []
+        return runs
+
+
+_current: Context | None = None
+_lock = threading.Lock()
+
+
+def build(pyproject: Path | None, env: Mapping[str, str] = os.environ) -> Context:
+    """A context for the project of ``pyproject`` (its ``[tool.harness]``) on the platform ``env`` selects."""
+    detection = detect(env)
+    settings = load_settings(detection.platform.name, pyproject, env)
+    return Context(detection.platform, settings, detection.reason)
+
+
+def current() -> Context:
+    """This process's context, built from the current directory on first use outside pytest."""
+    global _current
+    with _lock:
+        if _current is None:
+            _current = build(find_pyproject())
+        return _current
+
+
+def use(context: Context | None) -> Context | None:
+    """Make ``context`` this process's (None: found again on next use); returns the one it replaces."""
+    global _current
+    with _lock:
+        previous, _current = _current, context
+    return previous
