@@ -72,7 +72,8 @@ def facts(env=os.environ) -> dict:
     }
     if isinstance(platform, HostPlatform):
         found["host_memory"] = _memory(platform.host_memory())
-        found["numa_node0_memory"] = _memory(platform.node_memory())
+        # the reading the device row shows: node 0's MemTotal moves on a VM whose memory is hot-plugged
+        found["numa_node0_memory"] = None if platform.node_memory() is None else _memory(readings[0])
     return found
 
 
