@@ -9,9 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.suites import parse_suite
+from harness.config.validate import Bounds, Count, expected, fields_of, hints, known
 from harness.errors import ConfigError, HarnessError
 from harness.platform import PLATFORMS
 
@@ -27,9 +29,12 @@ class CiSettings:
     suites: tuple[str, ...] = ()  # empty: every suite in [tool.harness.suites]
     queues: dict[str, str] = field(default_factory=lambda: dict(QUEUES))
     prebuilt_image: bool = False  # the agent image already has the test dependencies: nox --no-venv
-    parallelism: int = 1
-    timeout_in_minutes: int = 180
-    retry_limit: int = 2
+    parallelism: Count = 1
+    timeout_in_minutes: Count = 180
+    retry_limit: Annotated[int, Bounds(0, 10)] = 2  # Buildkite's range
+
+
+CI_KINDS = hints(CiSettings)
 
 
 @dataclass(frozen=True)
@@ -107,39 +112,16 @@ def _split(value: str | None, option: str) -> tuple[str, ...]:
 
 
 def _settings(table: dict) -> CiSettings:
-    types = {
-        "platforms": (list, "a list"),
-        "suites": (list, "a list"),
-        "queues": (dict, "a table"),
-        "prebuilt_image": (bool, "true or false"),
-        "parallelism": (int, "an integer"),
-        "timeout_in_minutes": (int, "an integer"),
-        "retry_limit": (int, "an integer"),
-    }
-    values = {}
-    for key, value in table.items():
-        if key not in types:
-            raise ConfigError(f"[tool.harness.ci] has unknown key {key!r} (known: {', '.join(types)})")
-        expected, wording = types[key]
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            raise ConfigError(f"[tool.harness.ci] {key} must be {wording}, got {value!r}")
-        values[key] = value
-    for key in ("parallelism", "timeout_in_minutes"):
-        if values.get(key, 1) < 1:
-            raise ConfigError(f"[tool.harness.ci] {key} must be at least 1, got {values[key]}")
-    if not 0 <= values.get("retry_limit", 0) <= 10:
-        limit = values["retry_limit"]
-        raise ConfigError(f"[tool.harness.ci] retry_limit must be 0..10 (Buildkite's range), got {limit}")
-    queues = dict(QUEUES)
-    for platform, queue in values.pop("queues", {}).items():
-        if platform not in PLATFORMS:
-            raise ConfigError(f"[tool.harness.ci.queues] has unknown platform {platform!r}")
-        queues[platform] = check_name(f"[tool.harness.ci.queues] {platform} queue", queue)
+    where = "[tool.harness.ci]"
+    values = fields_of(where, table, CI_KINDS)
+    queues = values.pop("queues", {})
+    known("[tool.harness.ci.queues]", queues, PLATFORMS)
+    for platform, queue in queues.items():
+        check_name(f"[tool.harness.ci.queues] {platform} queue", queue)
     for key in ("platforms", "suites"):
-        if key in values:
-            values[key] = tuple(check_name(f"[tool.harness.ci] {key[:-1]}", name) for name in values[key])
+        for name in values.get(key, ()):
+            check_name(f"{where} {key[:-1]}", name)
     for platform in values.get("platforms", ()):
         if platform not in PLATFORMS:
-            known = ", ".join(PLATFORMS)
-            raise ConfigError(f"[tool.harness.ci] platforms has {platform!r}, not one of {known}")
-    return CiSettings(queues=queues, **values)
+            expected(f"{where} platforms", f"names from {', '.join(PLATFORMS)}", platform)
+    return CiSettings(queues={**QUEUES, **queues}, **values)

@@ -9,22 +9,34 @@ default shape applies: ``shared-engine`` (tests sharing class/module-scoped engi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
+from harness.config.validate import (
+    Bounds,
+    Count,
+    Positive,
+    Text,
+    check,
+    expected,
+    fields_of,
+    hints,
+    known,
+    table,
+)
 from harness.errors import ConfigError, HarnessError
 
-WORKERS = ("per-gpu", "serial")
-DISTS = ("loadscope", "loadfile")
+Paths = Annotated[tuple[Text, ...], Bounds(1)]
 
 
 @dataclass(frozen=True)
 class Phase:
-    name: str
-    paths: tuple[str, ...]
-    markers: str | None = None
-    keywords: str | None = None
-    workers: str | int = "per-gpu"
-    dist: str = "loadscope"
-    timeout_s: float | None = None
+    name: Text
+    paths: Paths
+    markers: Text | None = None
+    keywords: Text | None = None
+    workers: Literal["per-gpu", "serial"] | Count = "per-gpu"
+    dist: Literal["loadscope", "loadfile"] = "loadscope"
+    timeout_s: Positive | None = None
 
     def selection(self, paths: tuple[str, ...] | None = None) -> list[str]:
         """pytest arguments choosing this phase's tests and workers (``paths`` replaces the phase's own)."""
@@ -53,74 +65,34 @@ def default_phases(paths: tuple[str, ...]) -> tuple[Phase, ...]:
     )
 
 
-_SUITE_KEYS = {"paths", "phases"}
-_PHASE_KEYS = {"name", "paths", "markers", "keywords", "workers", "dist", "timeout_s"}
+PHASE_KINDS = hints(Phase)
+SUITE_KINDS = {"paths": Paths, "phases": Annotated[list, Bounds(1)]}
 
 
-def _paths(where: str, value) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
-        raise ConfigError(f"{where} paths: expected a non-empty list of strings, got {value!r}")
-    return tuple(value)
-
-
-def _phase(where: str, table, suite_paths: tuple[str, ...] | None) -> Phase:
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: expected a table, got {table!r}")
-    unknown = sorted(set(table) - _PHASE_KEYS)
-    if unknown:
-        raise ConfigError(f"{where} {unknown[0]}: unknown key (known: {', '.join(sorted(_PHASE_KEYS))})")
-    name = table.get("name")
-    if not isinstance(name, str) or not name or "/" in name:
-        raise ConfigError(f"{where} name: expected a non-empty string without '/', got {name!r}")
+def _phase(where: str, given: object, suite_paths: tuple[str, ...] | None) -> Phase:
+    """One phase table; once its name is known, problems name the phase rather than its index."""
+    given = table(where, given)
+    known(where, given, PHASE_KINDS)
+    name = check(f"{where} name", given.get("name"), PHASE_KINDS["name"])
+    if "/" in name:
+        expected(f"{where} name", "a name without '/'", name)
     where = f"{where.rsplit(' ', 1)[0]} phase {name!r}"
-    if "paths" in table:
-        paths = _paths(where, table["paths"])
-    elif suite_paths is None:
+    values = fields_of(where, {k: v for k, v in given.items() if k != "name"}, PHASE_KINDS)
+    if "paths" not in values and suite_paths is None:
         raise ConfigError(f"{where} paths: missing (give it here or in the suite table)")
-    else:
-        paths = suite_paths
-    for key in ("markers", "keywords"):
-        if key in table and not (isinstance(table[key], str) and table[key].strip()):
-            raise ConfigError(f"{where} {key}: expected a non-empty string, got {table[key]!r}")
-    workers = table.get("workers", "per-gpu")
-    if not (workers in WORKERS or (type(workers) is int and workers >= 1)):
-        raise ConfigError(f"{where} workers: expected 'per-gpu', 'serial' or an integer ≥ 1, got {workers!r}")
-    dist = table.get("dist", "loadscope")
-    if dist not in DISTS:
-        raise ConfigError(f"{where} dist: expected one of {', '.join(DISTS)}, got {dist!r}")
-    timeout = table.get("timeout_s")
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
-    ):
-        raise ConfigError(f"{where} timeout_s: expected a number > 0, got {timeout!r}")
-    return Phase(
-        name,
-        paths,
-        table.get("markers"),
-        table.get("keywords"),
-        workers,
-        dist,
-        None if timeout is None else float(timeout),
-    )
+    return Phase(**{"paths": suite_paths, **values, "name": name})
 
 
-def parse_suite(name: str, table) -> Suite:
+def parse_suite(name: str, given: object) -> Suite:
     """One ``[tool.harness.suites.<name>]`` table → ``Suite``; a ``ConfigError`` names suite, phase, key."""
     where = f"[tool.harness.suites.{name}]"
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: expected a table, got {table!r}")
-    unknown = sorted(set(table) - _SUITE_KEYS)
-    if unknown:
-        raise ConfigError(f"{where} {unknown[0]}: unknown key (known: {', '.join(sorted(_SUITE_KEYS))})")
-    paths = _paths(where, table["paths"]) if "paths" in table else None
-    if "phases" not in table:
+    values = fields_of(where, table(where, given), SUITE_KINDS)
+    paths = values.get("paths")
+    if "phases" not in values:
         if paths is None:
             raise ConfigError(f"{where} paths: missing (needed for the default phases)")
         return Suite(name, default_phases(paths))
-    phases = table["phases"]
-    if not isinstance(phases, list) or not phases:
-        raise ConfigError(f"{where} phases: expected a non-empty array of tables, got {phases!r}")
-    parsed = tuple(_phase(f"{where} phases[{i}]", phase, paths) for i, phase in enumerate(phases))
+    parsed = tuple(_phase(f"{where} phases[{i}]", phase, paths) for i, phase in enumerate(values["phases"]))
     names = [phase.name for phase in parsed]
     repeated = next((n for n in names if names.count(n) > 1), None)
     if repeated:

@@ -215,13 +215,17 @@ def test_an_unsafe_suite_name_on_the_command_line_is_one_line_exit_2(tmp_path, c
     [
         ('[tool.harness.ci.queues]\ncuda = "gpu $(id)"', "cuda queue name"),
         ('[tool.harness.ci.queues]\ncuda = "it\'s"', "cuda queue name"),
-        ('[tool.harness.ci.queues]\nmetal = "m1"', "unknown platform 'metal'"),
+        ('[tool.harness.ci.queues]\nmetal = "m1"', "[tool.harness.ci.queues] metal: unknown key"),
         ('[tool.harness.ci]\nsuites = ["pooling\\nrm"]', "suite name"),
         ('[tool.harness.ci]\nplatforms = ["tpu"]', "'tpu'"),
-        ("[tool.harness.ci]\nparallelism = 0", "parallelism must be at least 1"),
-        ('[tool.harness.ci]\nparallelism = "2"', "parallelism must be an integer"),
-        ("[tool.harness.ci]\nprebuilt = true", "unknown key 'prebuilt'"),
-        ("[tool.harness.ci]\nretry_limit = 11", "retry_limit"),
+        (
+            "[tool.harness.ci]\nparallelism = 0",
+            "[tool.harness.ci] parallelism: expected an integer ≥ 1, got 0",
+        ),
+        ('[tool.harness.ci]\nparallelism = "2"', "parallelism: expected an integer ≥ 1, got '2'"),
+        ("[tool.harness.ci]\nprebuilt = true", "[tool.harness.ci] prebuilt: unknown key"),
+        ("[tool.harness.ci]\nretry_limit = 11", "retry_limit: expected an integer between 0 and 10, got 11"),
+        ("[tool.harness.ci.queues]\ncuda = 3", "[tool.harness.ci] queues: expected a table of strings"),
         ('[tool.harness.suites."po oling"]', "suite name 'po oling'"),
         (
             '[tool.harness.suites.x]\npaths = ["t"]\nphases = [{name = "a$b"}]',

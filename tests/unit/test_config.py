@@ -1,11 +1,14 @@
 """load_settings: defaults per platform, tables, env overrides, validation naming the key."""
 
+import dataclasses
 import textwrap
+from typing import Annotated, Literal
 
 import pytest
 
 from harness.config.pyproject import find_pyproject
 from harness.config.settings import Settings, load_settings
+from harness.config.validate import Bounds, Count, Text, fields_of, from_text, hints
 from harness.errors import ConfigError
 
 
@@ -76,17 +79,26 @@ def test_env_values_are_parsed_to_the_key_type(variable, text, key, value):
     [
         (
             "[tool.harness.rocm]\nsettle_floor_gib = 'x'",
-            "[tool.harness.rocm] settle_floor_gib: expected a number, got 'x'",
+            "[tool.harness.rocm] settle_floor_gib: expected a number ≥ 0, got 'x'",
         ),
         ("[tool.harness]\nsetle = true", "[tool.harness] setle: unknown key (known: settle, "),
         ("[tool.harness.cuda]\nsettle = 1", "[tool.harness.cuda] settle: expected a boolean, got 1"),
-        ("[tool.harness]\ncpu_workers = 1.5", "[tool.harness] cpu_workers: expected an integer, got 1.5"),
-        ("[tool.harness]\ncpu_workers = 0", "[tool.harness] cpu_workers: expected ≥ 1, got 0"),
-        ("[tool.harness]\nsettle_timeout_s = -1", "[tool.harness] settle_timeout_s: expected ≥ 0, got -1"),
-        ("[tool.harness]\nsettle_ratio = 5", "[tool.harness] settle_ratio: expected a ratio between 0 and 1"),
+        ("[tool.harness]\ncpu_workers = 1.5", "[tool.harness] cpu_workers: expected an integer ≥ 1, got 1.5"),
+        ("[tool.harness]\ncpu_workers = 0", "[tool.harness] cpu_workers: expected an integer ≥ 1, got 0"),
+        (
+            "[tool.harness]\nsettle_timeout_s = -1",
+            "[tool.harness] settle_timeout_s: expected a number ≥ 0, got -1",
+        ),
+        (
+            "[tool.harness]\nsettle_ratio = 5",
+            "[tool.harness] settle_ratio: expected a number between 0 and 1, got 5",
+        ),
         ("[tool.harness]\nledger_dir = 3", "[tool.harness] ledger_dir: expected a string or null, got 3"),
-        ("[tool.harness]\nrocm = 4", "[tool.harness] rocm: expected a table [tool.harness.rocm], got 4"),
-        ("[tool.harness]\nblock_grace_s = true", "[tool.harness] block_grace_s: expected a number, got True"),
+        ("[tool.harness]\nrocm = 4", "[tool.harness] rocm: expected a table, got 4"),
+        (
+            "[tool.harness]\nblock_grace_s = true",
+            "[tool.harness] block_grace_s: expected a number ≥ 0, got True",
+        ),
     ],
 )
 def test_bad_tables_name_the_key(pyproject, text, message):
@@ -106,11 +118,11 @@ def test_other_platforms_tables_are_validated_too(pyproject):
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"HARNESS_SETTLE_FLOOR_GIB": "x"}, "HARNESS_SETTLE_FLOOR_GIB: expected a number, got 'x'"),
+        ({"HARNESS_SETTLE_FLOOR_GIB": "x"}, "HARNESS_SETTLE_FLOOR_GIB: expected a number ≥ 0, got 'x'"),
         ({"HARNESS_SETTLE": "maybe"}, "HARNESS_SETTLE: expected a boolean, got 'maybe'"),
-        ({"HARNESS_CPU_WORKERS": "auto"}, "HARNESS_CPU_WORKERS: expected an integer, got 'auto'"),
-        ({"HARNESS_SETTLE_TIMEOUT_S": "none"}, "HARNESS_SETTLE_TIMEOUT_S: expected a number, got 'none'"),
-        ({"HARNESS_WORKERS_PER_GPU": "0"}, "HARNESS_WORKERS_PER_GPU: expected ≥ 1, got 0"),
+        ({"HARNESS_CPU_WORKERS": "auto"}, "HARNESS_CPU_WORKERS: expected an integer ≥ 1, got 'auto'"),
+        ({"HARNESS_SETTLE_TIMEOUT_S": "none"}, "HARNESS_SETTLE_TIMEOUT_S: expected a number ≥ 0, got 'none'"),
+        ({"HARNESS_WORKERS_PER_GPU": "0"}, "HARNESS_WORKERS_PER_GPU: expected an integer ≥ 1, got 0"),
     ],
 )
 def test_bad_env_overrides_name_the_variable(env, message):
@@ -169,3 +181,43 @@ def test_non_finite_numbers_are_refused_by_name(text):
     """nan compares false with every bound: a nan block_grace_s made admission poll forever."""
     with pytest.raises(ConfigError, match=rf"^HARNESS_BLOCK_GRACE_S: expected a finite number, got {text}"):
         load_settings("cuda", None, env={"HARNESS_BLOCK_GRACE_S": text})
+
+
+@dataclasses.dataclass
+class _Table:
+    workers: Literal["per-gpu", "serial"] | Count = "per-gpu"
+    names: tuple[Text, ...] = ()
+    ratio: Annotated[float, Bounds(0, 1)] | None = None
+    queues: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"workers": 0}, "[t] workers: expected 'per-gpu', 'serial' or an integer ≥ 1, got 0"),
+        ({"workers": True}, "[t] workers: expected 'per-gpu', 'serial' or an integer ≥ 1, got True"),
+        ({"names": ["a", ""]}, "[t] names: expected a list of non-empty strings, got ['a', '']"),
+        ({"ratio": 2}, "[t] ratio: expected a number between 0 and 1 or null, got 2"),
+        ({"ratio": float("nan")}, "[t] ratio: expected a finite number, got nan"),
+        ({"queues": {"cuda": 1}}, "[t] queues: expected a table of strings, got {'cuda': 1}"),
+        ({"worker": 1}, "[t] worker: unknown key (known: workers, names, ratio, queues)"),
+    ],
+)
+def test_one_validator_reads_types_from_type_objects(given, message):
+    """Types, limits and wording come from the dataclass's resolved hints, never from annotation text."""
+    with pytest.raises(ConfigError) as error:
+        fields_of("[t]", given, hints(_Table))
+    assert str(error.value) == message
+
+
+def test_the_validator_converts_to_the_field_type():
+    given = {"workers": 2, "names": ["a"], "ratio": 1, "queues": {"cuda": "q"}}
+    assert fields_of("[t]", given, hints(_Table)) == {
+        "workers": 2,
+        "names": ("a",),
+        "ratio": 1.0,
+        "queues": {"cuda": "q"},
+    }
+    assert isinstance(fields_of("[t]", {"ratio": 1}, hints(_Table))["ratio"], float)
+    assert from_text("HARNESS_T", "serial", hints(_Table)["workers"]) == "serial"
+    assert from_text("HARNESS_T", "3", hints(_Table)["workers"]) == 3

@@ -225,7 +225,7 @@ def test_a_malformed_suite_table_fails_the_run_with_exit_2(project, capsys):
         ({}, "[tool.harness.suites.s] paths: missing (needed for the default phases)"),
         (
             {"paths": "tests"},
-            "[tool.harness.suites.s] paths: expected a non-empty list of strings",
+            "[tool.harness.suites.s] paths: expected a non-empty list of non-empty strings",
         ),
         ({"paths": ["t"], "phase": []}, "[tool.harness.suites.s] phase: unknown key (known: paths, phases)"),
         (
@@ -239,16 +239,19 @@ def test_a_malformed_suite_table_fails_the_run_with_exit_2(project, capsys):
         ),
         (
             {"paths": ["t"], "phases": [{"name": "a", "dist": "load"}]},
-            "s] phase 'a' dist: expected one of",
+            "s] phase 'a' dist: expected 'loadscope' or 'loadfile', got 'load'",
         ),
         (
             {"paths": ["t"], "phases": [{"name": "a", "timeout_s": 0}]},
-            "phase 'a' timeout_s: expected a number",
+            "phase 'a' timeout_s: expected a number > 0 or null, got 0",
         ),
-        ({"paths": ["t"], "phases": [{"name": "a", "workers": 0}]}, "phase 'a' workers: expected 'per-gpu'"),
+        (
+            {"paths": ["t"], "phases": [{"name": "a", "workers": 0}]},
+            "phase 'a' workers: expected 'per-gpu', 'serial' or an integer ≥ 1, got 0",
+        ),
         (
             {"paths": ["t"], "phases": [{"name": "a", "markers": ""}]},
-            "phase 'a' markers: expected",
+            "phase 'a' markers: expected a non-empty string or null, got ''",
         ),
         ({"paths": ["t"], "phases": [{"name": "a", "mark": "x"}]}, "phases[0] mark: unknown key"),
         ({"paths": ["t"], "phases": [{"name": "a"}, {"name": "a"}]}, "phase 'a': the name is used twice"),
