@@ -1,7 +1,8 @@
 """``harness doctor``: what this machine is to the harness, read the same way the harness reads it.
 
 Platform and why, each visible device with its memory (host and NUMA node 0 on the CPU), the versions
-that matter, and the nox sessions that fit. Versions come from package metadata, never from importing
+that matter, whether the foreign runner classes are where the harness wraps them, and the nox sessions
+that fit. Versions come from package metadata, never from importing
 torch or vllm (``import vllm`` alone takes ~14 s on the CPU machine).
 """
 
@@ -20,6 +21,7 @@ from harness.platform import detect
 from harness.platform.base import GIB, MemoryReading
 from harness.platform.host import HostPlatform
 from harness.platform.packages import installed
+from harness.tracking.patches import installed_targets
 
 
 def versions() -> dict[str, str]:
@@ -68,6 +70,7 @@ def facts(env=os.environ) -> dict:
             for device in platform.devices()
         ],
         "versions": versions(),
+        "tracking": installed_targets(),
         "sessions": sessions(platform.name),
     }
     if isinstance(platform, HostPlatform):
@@ -111,6 +114,13 @@ def render(found: dict, console: Console) -> None:
     for name, version in found["versions"].items():
         packages.add_row(name, version)
     console.print(packages)
+
+    tracking = Table(title="foreign runners the harness tracks")
+    tracking.add_column("runner")
+    tracking.add_column("status")
+    for name, status in found["tracking"].items():
+        tracking.add_row(name, status)
+    console.print(tracking)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -119,6 +119,9 @@ class _Recorder:
             message = crash.message if crash is not None else report.longreprtext.strip().splitlines()[-1]
             self.writer.write("finding", type="timeout", test=report.nodeid, message=message)
 
+    def pytest_sessionfinish(self) -> None:
+        patches.check_untracked()  # a runner class the library moved away from the import hook
+
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
         starts.check_released()  # runners this test (or a fixture torn down with it) stopped
         self.writer.write(

@@ -2,16 +2,26 @@
 wrapped when the suite first imports them (a meta-path hook), so suites with their own conftest are counted
 without the harness paying for those imports. Each wrapper takes the one recording path,
 ``starts.starting``.
+
+Tracking never breaks the suite: a target that cannot be wrapped (the library moved or changed it) is
+a ``not-tracked`` finding, never an exception from the user's import, and ``harness doctor`` says so
+before a run.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.abc
+import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from harness.errors import HarnessError
+from harness.tracking.context import current
 from harness.tracking.starts import normalise, starting
 from harness.tracking.vllm_engine import watch_engine
 
@@ -23,9 +33,8 @@ def _patch_vllm(module) -> None:
     original = cls.__init__
     if getattr(original, "__harness__", False):
         return
-    parameters = inspect.signature(original).parameters
-    default = parameters.get("gpu_memory_utilization")
-    default = VLLM_DEFAULT_UTILIZATION if default is None else default.default
+    parameter = inspect.signature(original).parameters.get("gpu_memory_utilization")
+    default = VLLM_DEFAULT_UTILIZATION if parameter is None else parameter.default
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
@@ -39,7 +48,7 @@ def _patch_vllm(module) -> None:
         if run is not None:
             watch_engine(self, run)
 
-    __init__.__harness__ = True
+    __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__init__ = __init__
 
 
@@ -60,7 +69,7 @@ def _patch_transformers(module) -> None:
             run.watch(model)
         return model
 
-    from_pretrained.__harness__ = True
+    from_pretrained.__harness__ = True  # type: ignore[attr-defined]
     cls.from_pretrained = classmethod(from_pretrained)
 
 
@@ -79,14 +88,38 @@ def _patch_sentence_transformers(module) -> None:
         if run is not None:
             run.watch(self)
 
-    __init__.__harness__ = True
+    __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__init__ = __init__
 
 
-PATCHES = {
-    "vllm.entrypoints.llm": _patch_vllm,
-    "transformers.modeling_utils": _patch_transformers,
-    "sentence_transformers": _patch_sentence_transformers,
+@dataclass(frozen=True)
+class Target:
+    """A runner class the harness wraps: where the library defines it and which method starts it."""
+
+    module: str
+    attribute: str
+    method: str
+    patch: Callable[[Any], None]
+
+    @property
+    def package(self) -> str:
+        return self.module.split(".")[0]
+
+    @property
+    def label(self) -> str:
+        return f"{self.package}.{self.attribute}"
+
+    def wrapped(self, cls: type) -> bool:
+        return getattr(getattr(cls, self.method, None), "__harness__", False)
+
+
+TARGETS = {
+    target.module: target
+    for target in (
+        Target("vllm.entrypoints.llm", "LLM", "__init__", _patch_vllm),
+        Target("transformers.modeling_utils", "PreTrainedModel", "from_pretrained", _patch_transformers),
+        Target("sentence_transformers", "SentenceTransformer", "__init__", _patch_sentence_transformers),
+    )
 }
 
 
@@ -94,7 +127,7 @@ class _PostImport(importlib.abc.MetaPathFinder):
     """Patches a target module right after the suite's own import executes it."""
 
     def find_spec(self, name, path=None, target=None):
-        if name not in PATCHES:
+        if name not in TARGETS:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -111,19 +144,74 @@ class _PostImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             execute(module)
-            _apply(name, module)
+            _apply(TARGETS[name], module)
 
-        loader.exec_module = exec_module
+        loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
-def _apply(name: str, module) -> None:
+def _apply(target: Target, module) -> None:
+    """Wrap the target; a library that changed shape is a finding, never an error in the user's import."""
     try:
-        PATCHES[name](module)
-    except (AttributeError, TypeError, ValueError) as error:
-        raise HarnessError(
-            f"cannot instrument {name} ({type(error).__name__}: {error}); use --no-harness"
-        ) from None
+        target.patch(module)
+    except Exception as error:  # whatever the library's new shape raises, the suite's import goes on
+        _not_tracked(target, f"{target.module} changed ({type(error).__name__}: {error})")
+
+
+def _not_tracked(target: Target, why: str) -> None:
+    ledger = current().writer
+    if ledger is not None:
+        ledger.write(
+            "finding",
+            type="not-tracked",
+            message=f"{target.label} is not tracked: {why}; its runners are neither recorded nor admitted "
+            "(harness doctor shows what the harness finds in the installed library)",
+        )
+
+
+def check_untracked() -> None:
+    """A ``not-tracked`` finding for each target class the suite loaded from a module the import hook
+    does not watch: the library moved it. (A failed wrap in the watched module is reported by ``_apply``.)
+    """
+    for target in TARGETS.values():
+        if target.module in sys.modules:
+            continue
+        for name, module in list(sys.modules.items()):
+            found = getattr(module, "__dict__", {}).get(target.attribute)
+            if name.split(".")[0] == target.package and isinstance(found, type) and not target.wrapped(found):
+                _not_tracked(target, f"it is loaded from {name}, the harness wraps it in {target.module}")
+                break
+
+
+def installed_targets() -> dict[str, str]:
+    """What ``harness doctor`` says of each target, read from the installed source without importing it."""
+    return {target.label: _static(target) for target in TARGETS.values()}
+
+
+def _static(target: Target) -> str:
+    spec = importlib.util.find_spec(target.package)  # a top-level name: found, not executed
+    if spec is None or not spec.submodule_search_locations:
+        return "not installed"
+    path = Path(next(iter(spec.submodule_search_locations)), *target.module.split(".")[1:])
+    source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    if not source.is_file():
+        return f"not tracked: {target.module} not found (the library moved it)"
+    if target.attribute not in _names(source):
+        return f"not tracked: {target.module} has no {target.attribute} (the library moved it)"
+    return f"tracked ({target.module}.{target.attribute})"
+
+
+def _names(source: Path) -> set[str]:
+    """Names a module defines or imports at its top level."""
+    names = set()
+    for node in ast.parse(source.read_bytes()).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
 
 
 _hook = _PostImport()
@@ -133,6 +221,6 @@ def install() -> None:
     """Instrument foreign runners: now for modules already imported, at first import for the rest."""
     if _hook not in sys.meta_path:
         sys.meta_path.insert(0, _hook)
-    for name in PATCHES:
+    for name, target in TARGETS.items():
         if name in sys.modules:
-            _apply(name, sys.modules[name])
+            _apply(target, sys.modules[name])

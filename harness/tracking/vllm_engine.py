@@ -13,9 +13,9 @@ def watch_engine(llm, run: Run) -> None:
 
     Both end in the engine-core client's ``shutdown``; wrapping it on the instance records explicit
     stops, and a finalizer on the LLM shuts the client down (idempotent in vLLM) and records the stop.
+    A vLLM without those internals falls back to the LLM's lifetime, with a finding saying so: the
+    user's ``LLM(...)`` has already built a working engine and must not raise here.
     """
-    client = llm.llm_engine.engine_core
-    original = client.shutdown
 
     def shutdown(*args, **kwargs):
         began = time.monotonic()
@@ -24,5 +24,19 @@ def watch_engine(llm, run: Run) -> None:
         finally:
             run.stop(began)
 
-    client.shutdown = shutdown
+    try:
+        client = llm.llm_engine.engine_core
+        original = client.shutdown
+        client.shutdown = shutdown
+    except AttributeError as error:
+        run.watch(llm)
+        run.writer.write(
+            "finding",
+            type="not-tracked",
+            runner=run.id,
+            test=run.owner.test,
+            message=f"vllm.LLM internals moved ({error}): the stop of {run.label()} is recorded when the "
+            "LLM is collected, not when its engine shuts down",
+        )
+        return
     weakref.finalize(llm, shutdown).atexit = False

@@ -1,0 +1,164 @@
+"""Foreign-runner tracking against a stub ``vllm`` package shaped like vLLM 0.32's: the import hook, and
+what happens when vLLM moves ``LLM`` or its engine internals. Tracking never breaks the suite and never
+fails silently: each problem is a ``not-tracked`` finding, and ``harness doctor`` names it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness import ledger
+from tests.conftest import ROOT
+
+pytest_plugins = ["pytester"]
+
+# vllm/__init__.py resolves LLM lazily, as vLLM's own does (MODULE_ATTRS and a module __getattr__)
+PACKAGE = """
+import importlib
+
+MODULE_ATTRS = {{"LLM": "{where}"}}
+
+
+def __getattr__(name):
+    module, attribute = MODULE_ATTRS[name].split(":")
+    return getattr(importlib.import_module(module, __name__), attribute)
+"""
+ENGINE = """
+class EngineCoreClient:
+    def __init__(self):
+        self.stopped = False
+
+    def shutdown(self):
+        self.stopped = True
+
+
+class LLMEngine:
+    def __init__(self):
+        self.engine_core = EngineCoreClient()
+"""
+LLM = """
+class LLM:
+    def __init__(self, model, *, gpu_memory_utilization=0.92, tensor_parallel_size=1, **kwargs):
+        self.model = model
+        {engine}
+"""
+WITH_ENGINE = "self.llm_engine = LLMEngine()"
+NO_ENGINE = "self.engine = None  # internals moved: no llm_engine.engine_core"
+
+
+def stub(root, where=".entrypoints.llm:LLM", engine=WITH_ENGINE, module="llm.py", name="LLM"):
+    """A stub ``vllm`` under ``root``: class ``name`` defined in ``vllm/entrypoints/<module>``."""
+    package = root / "stub" / "vllm"
+    (package / "entrypoints").mkdir(parents=True)
+    (package / "__init__.py").write_text(PACKAGE.format(where=where))
+    (package / "entrypoints" / "__init__.py").write_text("")
+    source = ENGINE + textwrap.dedent(LLM).replace("{engine}", engine).replace("class LLM", f"class {name}")
+    (package / "entrypoints" / module).write_text(source)
+    return root / "stub"
+
+
+@pytest.fixture
+def run_with_stub(pytester, monkeypatch):
+    """Run a suite over the stub on the CPU platform; returns pytest's result and the merged ledger."""
+    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
+
+    def run(suite: str, **shape):
+        path = stub(pytester.path, **shape)
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(path), str(ROOT)]))
+        pytester.makepyfile(test_suite=textwrap.dedent(suite))
+        directory = pytester.path / "ledger"
+        result = pytester.runpytest_subprocess(
+            "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
+        )
+        return result, ledger.read(directory)
+
+    return run
+
+
+def not_tracked(merged) -> list[str]:
+    return [f["message"] for f in merged.findings if f["type"] == "not-tracked"]
+
+
+STARTS_AND_STOPS = """
+    import gc
+
+    def test_engine():
+        from vllm import LLM
+
+        llm = LLM("org/model", tensor_parallel_size=1)
+        assert llm.model == "org/model"
+        {stop}
+    """
+
+
+def test_the_import_hook_wraps_the_stub_llm_and_records_its_explicit_stop(run_with_stub):
+    suite = STARTS_AND_STOPS.replace("{stop}", "llm.llm_engine.engine_core.shutdown()")
+    result, merged = run_with_stub(suite)
+    result.assert_outcomes(passed=1)
+    (record,) = merged.records
+    assert (record["kind"], record["model"], record["outcome"]) == ("vllm", "org/model", "started")
+    assert record["test"] == "test_suite.py::test_engine" and record["stop"] is not None
+    assert not_tracked(merged) == []
+
+
+def test_missing_engine_internals_fall_back_to_the_llms_lifetime(run_with_stub):
+    suite = STARTS_AND_STOPS.replace("{stop}", "del llm\n        gc.collect()")
+    result, merged = run_with_stub(suite, engine=NO_ENGINE)
+    result.assert_outcomes(passed=1)  # the user's LLM(...) returned: no exception from the harness
+    (record,) = merged.records
+    assert record["outcome"] == "started" and record["stop"] is not None  # stopped when collected
+    (message,) = not_tracked(merged)
+    assert "vllm.LLM internals moved" in message and "'LLM' object has no attribute 'llm_engine'" in message
+
+
+def test_an_llm_the_library_moved_is_a_finding_not_a_silent_zero(run_with_stub):
+    suite = STARTS_AND_STOPS.replace("{stop}", "")
+    result, merged = run_with_stub(suite, where=".entrypoints.offline:LLM", module="offline.py")
+    result.assert_outcomes(passed=1)
+    assert merged.records == []
+    (message,) = not_tracked(merged)
+    assert message.startswith("vllm.LLM is not tracked: it is loaded from vllm.entrypoints.offline")
+
+
+def test_a_watched_module_without_llm_is_a_finding_and_the_import_still_works(run_with_stub):
+    suite = """
+        def test_import():
+            import vllm.entrypoints.llm
+
+            assert vllm.entrypoints.llm.OfflineLLM
+        """
+    result, merged = run_with_stub(suite, name="OfflineLLM")
+    result.assert_outcomes(passed=1)  # the hook's failed wrap did not fail the suite's import
+    (message,) = not_tracked(merged)
+    assert message.startswith("vllm.LLM is not tracked: vllm.entrypoints.llm changed (AttributeError: ")
+
+
+@pytest.mark.parametrize(
+    ("shape", "status"),
+    [
+        ({}, "tracked (vllm.entrypoints.llm.LLM)"),
+        ({"name": "OfflineLLM"}, "not tracked: vllm.entrypoints.llm has no LLM (the library moved it)"),
+        (
+            {"where": ".entrypoints.offline:LLM", "module": "offline.py"},
+            "not tracked: vllm.entrypoints.llm not found (the library moved it)",
+        ),
+    ],
+)
+def test_doctor_says_whether_the_installed_vllm_llm_is_tracked(tmp_path, shape, status):
+    path = stub(tmp_path, **shape)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), str(ROOT)]), "HARNESS_PLATFORM": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "doctor", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tracking"]["vllm.LLM"] == status
