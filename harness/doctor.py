@@ -65,7 +65,7 @@ def facts(env=os.environ) -> dict:
                 "name": device.name,
                 "uuid": device.uuid,
                 "pci_bus_id": device.pci_bus_id,
-                **_memory(readings[device.index]),
+                **(_memory(readings[device.index]) or {}),
             }
             for device in platform.devices()
         ],

@@ -1,9 +1,10 @@
-"""The owner stamped on a ledger record: which test, fixture and worker a runner or a held memory
-belongs to, and how long that lets it live."""
+"""What the ledger holds: the owner stamped on a record (which test, fixture and worker a runner or a held
+memory belongs to, and how long that lets it live), and the shapes the reader merges events into."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Required, TypedDict
 
 
 @dataclass(frozen=True)
@@ -34,3 +35,78 @@ class Owner:
             else "class scope or an explicit close before this test frees it"
         )
         return f"fixture `{self.fixture}` is {self.scope}-scoped and {where}; {remedy}"
+
+
+# What the reader makes of the ledger's events (docs/architecture.md, "Ledger events"); report.json carries
+# them as they are, so harness.report.schema builds the report's types on these.
+class Record(TypedDict):
+    """One runner from its ``runner-start`` to its stop: the start's fields, then what became of it."""
+
+    id: str
+    kind: str  # "vllm" | "hf"
+    model: str
+    fingerprint: str
+    config: dict[str, Any]
+    test: str | None
+    file: str | None
+    fixture: str | None
+    scope: str | None
+    worker: str
+    phase: str | None
+    devices: list[str]  # device UUIDs, ["cpu"] on the CPU
+    need_bytes: int | None
+    mem_before: dict[str, int]
+    start: float
+    startup_s: float | None
+    stop: float | None
+    teardown_s: float | None
+    mem_after_start: dict[str, int] | None
+    mem_after_stop: dict[str, int] | None
+    outcome: str  # "started" | "failed" | "blocked" | "never-stopped"
+    error: str | None
+    holders: list[str]
+
+
+class Finding(TypedDict, total=False):
+    """Something a run should not have done; ``runner``, ``test`` and ``phase`` where they apply."""
+
+    type: Required[str]  # live-runner-overlap, memory-not-released, never-stopped, timeout, worker-crash, ...
+    message: Required[str]
+    t: float
+    runner: str
+    test: str | None
+    phase: str | None
+    worker: str
+
+
+class TestResult(TypedDict):
+    """One test's ``test`` event."""
+
+    t: float
+    nodeid: str
+    file: str
+    outcome: str  # "passed" | "failed" | "skipped" | "error"
+    setup_s: float | None
+    call_s: float | None
+    teardown_s: float | None
+    worker: str
+    device: str | None
+    phase: str | None
+
+
+class WorkerInfo(TypedDict):
+    """A ``worker`` event: which devices a pytest process was given."""
+
+    t: float
+    worker: str
+    devices: list[str]
+    mask: str | None
+    pid: int
+    phase: str | None
+
+
+class Sample(TypedDict):
+    """A ``memory`` event of the background sampler."""
+
+    t: float
+    used: dict[str, int]

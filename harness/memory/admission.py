@@ -82,7 +82,7 @@ def _conflict(need: Need, memory: dict, live: list[Holder]) -> tuple[str, list[H
     """
     if need.fraction is not None:
         declaring = [h for h in live if h.fraction is not None]
-        declared = sum(h.fraction for h in declaring)
+        declared = sum(h.fraction or 0.0 for h in declaring)
         if declaring and declared + need.fraction > 1.0:
             return (
                 f"live runners declared {declared:g} of the device and this one asks for "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import cast
 
 from harness.errors import MemoryTimeout, PlatformError
 from harness.platform.base import GIB, MemoryReading, Platform
@@ -51,7 +52,9 @@ def wait_for_memory(
     def limit(index: int, reading: MemoryReading) -> float:
         if per_device is not None:
             return per_device[index]
-        return threshold_bytes if threshold_bytes is not None else threshold_ratio * reading.total_bytes
+        if threshold_bytes is not None:
+            return threshold_bytes
+        return cast(float, threshold_ratio) * reading.total_bytes  # exactly one threshold was given
 
     start = clock()
     under_since = None

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import ledger
+from harness.ledger.records import Record
 from harness.pytest_plugin.workers import is_controller, process_context, worker_event, worker_id
 from harness.runners import HfRunner, VllmRunner
 from harness.tracking import patches, starts
@@ -219,7 +220,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         f"{len(started)} runner starts ({_by_kind(started)}), {blocked} blocked, {failed} failed; "
         f"ledger: {config.stash[_DIR]}"
     )
-    per_file: dict[str, list[dict]] = defaultdict(list)
+    per_file: dict[str, list[Record]] = defaultdict(list)
     for record in started:
         per_file[record.get("file") or "<outside tests>"].append(record)
     for file, in_file in sorted(per_file.items()):
@@ -234,6 +235,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             write(f"  {finding['type']}: {finding['message']}")
 
 
-def _by_kind(records: list[dict]) -> str:
+def _by_kind(records: list[Record]) -> str:
     counts = Counter(r["kind"] for r in records)
     return ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items())) or "none"

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from harness.report.schema import Advice, Record
 
-def advise(records: Iterable[dict]) -> list[dict]:
+
+def advise(records: Iterable[Record]) -> list[Advice]:
     """One advice per group of mergeable starts, the biggest saving first."""
     records = sorted(records, key=lambda r: r["start"])
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[Record]] = {}
     for record in records:
         key = (record["phase"], record["worker"], record["file"], record["kind"], record["model"])
         groups.setdefault((*key, record["fingerprint"]), []).append(record)
 
-    advice = []
+    advice: list[Advice] = []
     for (phase, worker, file, kind, model, fingerprint), group in groups.items():
         if len(group) < 2:
             continue
@@ -67,7 +69,7 @@ def class_of(nodeid: str | None) -> str | None:
     return "::".join(parts[:-1]) if len(parts) > 2 else None
 
 
-def _warning(kind: str, model: str, scope: str, later: list[dict]) -> str | None:
+def _warning(kind: str, model: str, scope: str, later: list[Record]) -> str | None:
     if not later:
         return None
     names = ", ".join(dict.fromkeys(f"{r['test']} ({r['kind']} {r['model']})" for r in later))

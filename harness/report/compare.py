@@ -109,7 +109,7 @@ def render(result: dict, fmt: str) -> str:
     )
 
 
-def change(before, after, seconds: bool = False) -> str:
+def change(before, after, *, seconds: bool = False) -> str:
     """``64 → 18 (−46)``; a side that is missing shows as ``—``."""
     known = [abs(v) for v in (before, after) if v is not None]
     if not known:

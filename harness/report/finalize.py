@@ -15,10 +15,11 @@ from pathlib import Path
 from harness.report import html, junit, summary, timeline
 from harness.report.build import build
 from harness.report.publish import publish as publish_summary
+from harness.report.schema import Report
 from harness.report.store import write_atomic
 
 
-def finalize(run_dir: Path, env: Mapping[str, str] | None = None, publish: bool = True) -> dict:
+def finalize(run_dir: Path, env: Mapping[str, str] | None = None, publish: bool = True) -> Report:
     """Write every report file of ``run_dir`` and return the report.
 
     ``publish`` appends the summary to ``$GITHUB_STEP_SUMMARY`` and annotates the Buildkite build when

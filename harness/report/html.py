@@ -6,8 +6,10 @@ import html as markup
 
 from markdown_it import MarkdownIt  # ships with rich, a dependency already
 
+from harness.report.schema import Report
 
-def page(report: dict, svg_text: str, summary_md: str) -> str:
+
+def page(report: Report, svg_text: str, summary_md: str) -> str:
     """``report.html``: the timeline above the rendered summary, one self-contained page."""
     title = markup.escape(
         f"harness: {report.get('suite') or 'run'} on {report['platform'].get('name') or '?'}"

@@ -13,12 +13,14 @@ from pathlib import Path
 
 from _pytest.junitxml import mangle_test_address
 
+from harness.report.schema import Record
+
 START_PROPERTY = "harness.runner-start"
 
 
-def merge(junit_dir: Path, records: Iterable[dict]) -> str:
+def merge(junit_dir: Path, records: Iterable[Record]) -> str:
     """The merged JUnit XML text of every ``<phase>.xml`` in ``junit_dir``."""
-    by_case: dict[tuple[str, str, str], list[dict]] = {}
+    by_case: dict[tuple[str | None, str, str], list[Record]] = {}
     for record in records:
         if record.get("test"):
             by_case.setdefault((record["phase"], *case_key(record["test"])), []).append(record)
@@ -43,7 +45,7 @@ def case_key(nodeid: str) -> tuple[str, str]:
     return ".".join(names[:-1]), names[-1]
 
 
-def describe(record: dict) -> str:
+def describe(record: Record) -> str:
     """A runner start in one line, as a property value and a tooltip."""
     startup = record.get("startup_s")
     seconds = f"{startup:.2f}s" if startup is not None else "?"
@@ -67,7 +69,7 @@ def _suites(path: Path) -> list[ET.Element]:
     return [top] if top.tag == "testsuite" else list(top.iter("testsuite"))
 
 
-def _add_properties(case: ET.Element, records: list[dict]) -> None:
+def _add_properties(case: ET.Element, records: list[Record]) -> None:
     properties = case.find("properties")
     if properties is None:
         properties = ET.Element("properties")

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 
 from harness.report.outcomes import worst
+from harness.report.schema import Report
 
 
 def annotation_context(suite: str | None, platform: str | None, shard: str | None = None) -> str:
@@ -16,7 +17,7 @@ def annotation_context(suite: str | None, platform: str | None, shard: str | Non
     return "-".join(str(part) for part in parts if part)
 
 
-def publish(text: str, report: dict, env: Mapping[str, str]) -> None:
+def publish(text: str, report: Report, env: Mapping[str, str]) -> None:
     """Append to ``$GITHUB_STEP_SUMMARY`` and annotate the Buildkite build, when running there.
 
     One annotation context per suite, platform and shard, so parallel jobs do not overwrite each other
@@ -44,7 +45,7 @@ def publish(text: str, report: dict, env: Mapping[str, str]) -> None:
             )
 
 
-def style(report: dict) -> str:
+def style(report: Report) -> str:
     """Buildkite annotation style: a failed phase is an error (no tests collected is not), findings a
     warning."""
     if worst([p["exit_code"] for p in report["phases"] if p.get("exit_code") is not None]):

@@ -6,9 +6,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from harness.errors import ReportError
-from harness.report.schema import REQUIRED, VERSION
+from harness.report.schema import REQUIRED, VERSION, Report
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -27,7 +28,7 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def load(path: str | Path) -> dict:
+def load(path: str | Path) -> Report:
     """A report from a ``report.json`` or a run directory; any flaw is one ``ReportError`` line."""
     path = Path(path)
     if path.is_dir():
@@ -48,7 +49,7 @@ def load(path: str | Path) -> dict:
             raise ReportError(f"{path}: report field '{field}' has the wrong type")
     if not all(isinstance(phase, dict) and isinstance(phase.get("name"), str) for phase in report["phases"]):
         raise ReportError(f"{path}: a phase in the report has no name")
-    return report
+    return cast(Report, report)
 
 
 def json_object(path: Path, what: str) -> dict:

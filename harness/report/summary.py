@@ -7,14 +7,28 @@ a note pointing at ``report.json``, which always has everything.
 from __future__ import annotations
 
 from harness.platform.base import GIB
+from harness.report.schema import Advice, Finding, Record, Report
 
 LIMIT = 1024 * 1024
 ROWS = 40  # rows per table before it is cut with a note
 SLOWEST = 10
 
 
-def render(report: dict, rows: int = ROWS, limit: int = LIMIT) -> str:
+def render(report: Report, rows: int = ROWS, limit: int = LIMIT) -> str:
     """The Markdown summary of a report."""
+    lines = [
+        *_heading(report),
+        *_phases(report, rows),
+        *_starts(report, rows),
+        *_slowest(report["records"], rows),
+        *_findings(report["findings"], rows),
+        *_advice(report.get("advice", []), rows),
+    ]
+    return _cap("\n".join(lines) + "\n", limit)
+
+
+def _heading(report: Report) -> list[str]:
+    """Title (suite, platform, shard), why this platform, and the devices used."""
     platform = report["platform"]
     title = f"# harness: {report.get('suite') or 'run'} on {platform.get('name') or 'unknown platform'}"
     if report.get("shard"):
@@ -26,14 +40,16 @@ def render(report: dict, rows: int = ROWS, limit: int = LIMIT) -> str:
         total = device.get("total_bytes")
         size = f", {total / GIB:.1f} GiB" if total else ""
         lines.append(f"- device `{device['uuid']}`: {device.get('name') or 'unknown'}{size}")
-    lines.append("")
+    return [*lines, ""]
 
-    lines += ["## Phases", ""]
-    phase_rows = []
+
+def _phases(report: Report, rows: int) -> list[str]:
+    body = []
     for phase in report["phases"]:
         outcomes = phase.get("outcomes", {})
-        kinds = report["starts"]["by_phase"].get(phase["name"], {}).get("by_kind", {})
-        phase_rows.append(
+        tally = report["starts"]["by_phase"].get(phase["name"])
+        kinds = tally["by_kind"] if tally else {}
+        body.append(
             [
                 phase["name"],
                 _cell(phase.get("exit_code")) + (" (timed out)" if phase.get("timed_out") else ""),
@@ -43,72 +59,71 @@ def render(report: dict, rows: int = ROWS, limit: int = LIMIT) -> str:
                 str(kinds.get("hf", 0)),
             ]
         )
-    lines += _table(
-        ["phase", "exit", "wall", "passed", "failed", "skipped", "error", "vLLM starts", "HF starts"],
-        phase_rows,
-        rows,
-    )
+    header = ["phase", "exit", "wall", "passed", "failed", "skipped", "error", "vLLM starts", "HF starts"]
+    return ["## Phases", "", *_table(header, body, rows)]
 
-    starts = report["starts"]
+
+def _starts(report: Report, rows: int) -> list[str]:
+    """Runner starts by kind, then by file (the longest start-up first)."""
+    starts, walls = report["starts"], report.get("files", {})
     total = starts["total"]
-    lines += [
+    kinds = [
+        [k, str(v["starts"]), str(v["failed"]), _seconds(v["startup_s"])]
+        for k, v in starts["by_kind"].items()
+    ]
+    by_file = sorted(starts["by_file"].items(), key=lambda item: -item[1]["startup_s"])
+    files = [
+        [
+            f"`{_escape(f)}`",
+            str(v["by_kind"].get("vllm", 0)),
+            str(v["by_kind"].get("hf", 0)),
+            _seconds(v["startup_s"]),
+            _seconds(walls[f]["wall_s"] if f in walls else None),
+        ]
+        for f, v in by_file
+    ]
+    return [
         "## Runner starts",
         "",
         f"{total['starts']} starts, {_seconds(total['startup_s'])} starting up.",
         "",
+        *_table(["kind", "starts", "failed", "startup"], kinds, rows),
+        *_table(["file", "vLLM starts", "HF starts", "startup", "tests wall"], files, rows),
     ]
-    lines += _table(
-        ["kind", "starts", "failed", "startup"],
-        [
-            [k, str(v["starts"]), str(v["failed"]), _seconds(v["startup_s"])]
-            for k, v in starts["by_kind"].items()
-        ],
-        rows,
-    )
-    by_file = sorted(starts["by_file"].items(), key=lambda item: -item[1]["startup_s"])
-    lines += _table(
-        ["file", "vLLM starts", "HF starts", "startup", "tests wall"],
-        [
-            [
-                f"`{_escape(f)}`",
-                str(v["by_kind"].get("vllm", 0)),
-                str(v["by_kind"].get("hf", 0)),
-                _seconds(v["startup_s"]),
-                _seconds(report.get("files", {}).get(f, {}).get("wall_s")),
-            ]
-            for f, v in by_file
-        ],
-        rows,
-    )
 
-    slowest = sorted(report["records"], key=lambda r: -(r.get("startup_s") or 0.0))[:SLOWEST]
-    if slowest:
-        lines += ["### Slowest starts", ""]
-        lines += _table(
-            ["startup", "kind", "model", "owner", "worker", "outcome"],
-            [
-                [
-                    _seconds(r.get("startup_s")),
-                    r["kind"],
-                    f"`{_escape(r['model'])}`",
-                    f"`{_escape(r.get('fixture') or r.get('test') or '?')}`",
-                    str(r.get("worker")),
-                    r["outcome"],
-                ]
-                for r in slowest
-            ],
-            rows,
-        )
 
-    lines += ["## Findings", ""]
-    findings = report["findings"]
+def _slowest(records: list[Record], rows: int) -> list[str]:
+    slowest = sorted(records, key=lambda r: -(r.get("startup_s") or 0.0))[:SLOWEST]
+    if not slowest:
+        return []
+    body = [
+        [
+            _seconds(r.get("startup_s")),
+            r["kind"],
+            f"`{_escape(r['model'])}`",
+            f"`{_escape(r.get('fixture') or r.get('test') or '?')}`",
+            str(r.get("worker")),
+            r["outcome"],
+        ]
+        for r in slowest
+    ]
+    return [
+        "### Slowest starts",
+        "",
+        *_table(["startup", "kind", "model", "owner", "worker", "outcome"], body, rows),
+    ]
+
+
+def _findings(findings: list[Finding], rows: int) -> list[str]:
+    lines = ["## Findings", ""]
     lines += [f"- **{f['type']}**: {_escape(f.get('message', ''))}" for f in findings[:rows]] or ["None."]
     if len(findings) > rows:
         lines.append(f"- … {len(findings) - rows} more in report.json")
-    lines.append("")
+    return [*lines, ""]
 
-    lines += ["## Reuse advisor", ""]
-    advice = report.get("advice", [])
+
+def _advice(advice: list[Advice], rows: int) -> list[str]:
+    lines = ["## Reuse advisor", ""]
     for item in advice[:rows]:
         scope = f"class `{item['class']}`" if item["scope"] == "class" else f"module `{item['file']}`"
         tests = ", ".join(f"`{_escape(t)}`" for t in item["tests"])
@@ -123,7 +138,7 @@ def render(report: dict, rows: int = ROWS, limit: int = LIMIT) -> str:
         lines.append(f"- … {len(advice) - rows} more in report.json")
     if not advice:
         lines.append("Every runner configuration started once per file and worker.")
-    return _cap("\n".join(lines) + "\n", limit)
+    return lines
 
 
 def _table(header: list[str], body: list[list[str]], rows: int) -> list[str]:
@@ -144,7 +159,7 @@ def _cap(text: str, limit: int) -> str:
     return head[: head.rfind("\n")] + note
 
 
-def _escape(text: str) -> str:
+def _escape(text: object) -> str:
     return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 
 from harness.platform.base import GIB
 from harness.report.junit import describe
+from harness.report.schema import Phase, Record, Report, Sample
 
 WIDTH = 1400
 LEFT = 230  # lane labels
@@ -26,37 +27,57 @@ OVERLAP = ("#f1aeb5", "#dc3545")
 BANDS = ("#f8f9fa", "#eef1f4")
 
 
-def svg(report: dict) -> str:
+def svg(report: Report) -> str:
     """The timeline SVG text of a report."""
-    ends = {
-        p["name"]: p["started"] + p["wall_s"]
-        for p in report["phases"]
-        if p.get("started") is not None and p.get("wall_s") is not None
-    }
-    # a runner never stopped died with its phase's processes at the latest: later phases do not overlap it
-    records = sorted(
-        (
-            {**r, "stop": ends[r["phase"]]}
-            if r["outcome"] == "never-stopped" and r.get("stop") is None and r.get("phase") in ends
-            else r
-            for r in report["records"]
-        ),
-        key=lambda r: r["start"],
-    )
+    records = _closed(report)
     start, end = _extent(report, records)
     span = max(end - start, 1e-6)
 
     def x(t: float) -> float:
         return LEFT + (t - start) / span * (WIDTH - LEFT - RIGHT)
 
-    pairs = overlaps(records, end)
-    overlapping = {id(r) for a, b, _, _ in pairs for r in (a, b)}
-    lanes: dict[tuple[str, str], list[dict]] = {}
+    lanes: dict[tuple[str, str], list[Record]] = {}
     for record in records:
         lanes.setdefault(_lane(record), []).append(record)
-
     heights = {lane: len(_rows(members, end)) * ROW + MEMORY for lane, members in lanes.items()}
     height = TOP + sum(h + GAP for h in heights.values()) + 40
+    root = _canvas(report, height)
+    _phase_bands(root, report["phases"], x, height)
+    _axis(root, start, span, x, height)
+    pairs = overlaps(records, end)
+    totals = {d["uuid"]: d.get("total_bytes") for d in report["devices"]}
+    y = TOP + 6
+    for (worker, device), members in lanes.items():
+        lane = ET.SubElement(root, "g", {"class": "lane", "data-worker": worker, "data-device": device})
+        _lane_bars(lane, (worker, device), members, pairs, x, y, end)
+        first = device.split(",")[0]
+        memory_y = y + heights[(worker, device)] - MEMORY
+        _memory(lane, records, report.get("samples", []), first, totals.get(first), x, memory_y)
+        y += heights[(worker, device)] + GAP
+    _legend(root, height)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _closed(report: Report) -> list[Record]:
+    """The records by start; a runner never stopped died with its phase's processes at the latest, so
+    it ends with its phase and later phases do not overlap it."""
+    ends = {}
+    for phase in report["phases"]:
+        started, wall = phase.get("started"), phase.get("wall_s")
+        if started is not None and wall is not None:
+            ends[phase["name"]] = started + wall
+
+    def closed(record: Record) -> Record:
+        end = ends.get(record["phase"] or "")
+        if record["outcome"] == "never-stopped" and record.get("stop") is None and end is not None:
+            return {**record, "stop": end}
+        return record
+
+    return sorted((closed(r) for r in report["records"]), key=lambda r: r["start"])
+
+
+def _canvas(report: Report, height: float) -> ET.Element:
     root = ET.Element(
         "svg",
         xmlns="http://www.w3.org/2000/svg",
@@ -68,11 +89,15 @@ def svg(report: dict) -> str:
     ET.SubElement(root, "rect", width=str(WIDTH), height=str(height), fill="white")
     title = f"{report.get('suite') or 'run'} on {report['platform'].get('name') or '?'}"
     ET.SubElement(root, "text", x="8", y="18", style="font-size: 14px; font-weight: bold").text = title
+    return root
 
-    for index, phase in enumerate(report["phases"]):
-        if phase.get("started") is None or phase.get("wall_s") is None:
+
+def _phase_bands(root: ET.Element, phases: list[Phase], x, height: float) -> None:
+    for index, phase in enumerate(phases):
+        started, wall = phase.get("started"), phase.get("wall_s")
+        if started is None or wall is None:
             continue
-        left, right = x(phase["started"]), x(phase["started"] + phase["wall_s"])
+        left, right = x(started), x(started + wall)
         band = ET.SubElement(root, "g", {"class": "phase", "data-phase": phase["name"]})
         ET.SubElement(
             band, "rect", x=_n(left), y=str(TOP - 14), width=_n(right - left), height=str(height - TOP - 10)
@@ -81,28 +106,26 @@ def svg(report: dict) -> str:
             band, "text", x=_n(left + 4), y=str(TOP - 2), fill="#6c757d"
         ).text = f"phase {phase['name']}"
 
-    _axis(root, start, span, x, height)
 
-    totals = {d["uuid"]: d.get("total_bytes") for d in report["devices"]}
-    y = TOP + 6
-    for (worker, device), members in lanes.items():
-        lane = ET.SubElement(root, "g", {"class": "lane", "data-worker": worker, "data-device": device})
-        ET.SubElement(
-            lane, "line", x1="0", x2=str(WIDTH), y1=_n(y - GAP / 2), y2=_n(y - GAP / 2), stroke="#dee2e6"
-        )
-        ET.SubElement(lane, "text", x="8", y=_n(y + 14), style="font-weight: bold").text = worker
-        ET.SubElement(lane, "text", x="8", y=_n(y + 28), fill="#6c757d").text = _short(device, 34)
-        rows = _rows(members, end)
-        for row, row_members in enumerate(rows):
-            for record in row_members:
-                _bar(lane, record, x, y + row * ROW, end, id(record) in overlapping)
-        for a, b, both_start, both_end in pairs:
-            if set(device.split(",")) & set(a.get("devices") or []):
-                _overlap_band(lane, a, b, x(both_start), x(both_end), y, len(rows) * ROW)
-        first = device.split(",")[0]
-        _memory(lane, records, report.get("samples", []), first, totals.get(first), x, y + len(rows) * ROW)
-        y += heights[(worker, device)] + GAP
+def _lane_bars(lane: ET.Element, key: tuple[str, str], members: list[Record], pairs, x, y: float, end: float):
+    """One lane's label, its runners' bars packed in rows, and bands where two were alive at once."""
+    worker, device = key
+    overlapping = {id(r) for a, b, _, _ in pairs for r in (a, b)}
+    ET.SubElement(
+        lane, "line", x1="0", x2=str(WIDTH), y1=_n(y - GAP / 2), y2=_n(y - GAP / 2), stroke="#dee2e6"
+    )
+    ET.SubElement(lane, "text", x="8", y=_n(y + 14), style="font-weight: bold").text = worker
+    ET.SubElement(lane, "text", x="8", y=_n(y + 28), fill="#6c757d").text = _short(device, 34)
+    rows = _rows(members, end)
+    for row, row_members in enumerate(rows):
+        for record in row_members:
+            _bar(lane, record, x, y + row * ROW, end, id(record) in overlapping)
+    for a, b, both_start, both_end in pairs:
+        if set(device.split(",")) & set(a.get("devices") or []):
+            _overlap_band(lane, a, b, x(both_start), x(both_end), y, len(rows) * ROW)
 
+
+def _legend(root: ET.Element, height: float) -> None:
     legend = ET.SubElement(root, "g", {"class": "legend"})
     items = [
         ("vLLM engine", COLOURS["vllm"][1]),
@@ -116,21 +139,20 @@ def svg(report: dict) -> str:
     ET.SubElement(
         legend, "text", x=str(LEFT + 3 * 190), y=_n(height - 15), fill="#6f42c1"
     ).text = "— used device memory"
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode") + "\n"
 
 
-def lifetime(record: dict, end: float) -> tuple[float, float]:
+def lifetime(record: Record, end: float) -> tuple[float, float]:
     """When a runner held its device: start to stop, to the end of start-up when it failed, to the end
     of the run when it was never stopped."""
-    if record.get("stop") is not None:
-        return record["start"], record["stop"]
+    stop = record.get("stop")
+    if stop is not None:
+        return record["start"], stop
     if record["outcome"] in ("failed", "blocked"):
         return record["start"], record["start"] + (record.get("startup_s") or 0.0)
     return record["start"], end
 
 
-def overlaps(records: list[dict], end: float) -> list[tuple[dict, dict, float, float]]:
+def overlaps(records: list[Record], end: float) -> list[tuple[Record, Record, float, float]]:
     """Pairs of runners alive at once on a shared device, with the interval they were both alive."""
     found = []
     for i, a in enumerate(records):
@@ -146,23 +168,23 @@ def overlaps(records: list[dict], end: float) -> list[tuple[dict, dict, float, f
     return found
 
 
-def _extent(report: dict, records: list[dict]) -> tuple[float, float]:
-    times = [r["start"] for r in records] + [r["stop"] for r in records if r.get("stop") is not None]
+def _extent(report: Report, records: list[Record]) -> tuple[float, float]:
+    times = [r["start"] for r in records] + [stop for r in records if (stop := r.get("stop")) is not None]
     times += [r["start"] + (r.get("startup_s") or 0.0) for r in records]
     for phase in report["phases"]:
-        if phase.get("started") is not None:
-            times += [phase["started"], phase["started"] + (phase.get("wall_s") or 0.0)]
+        if (started := phase.get("started")) is not None:
+            times += [started, started + (phase.get("wall_s") or 0.0)]
     times += [t["t"] for t in report["tests"] if t.get("t") is not None]
     return (min(times), max(times)) if times else (0.0, 1.0)
 
 
-def _lane(record: dict) -> tuple[str, str]:
+def _lane(record: Record) -> tuple[str, str]:
     return str(record.get("worker")), ",".join(record.get("devices") or ["?"])
 
 
-def _rows(members: list[dict], end: float) -> list[list[dict]]:
+def _rows(members: list[Record], end: float) -> list[list[Record]]:
     """Greedy interval packing: runners alive at once go on separate rows of the lane."""
-    rows: list[list[dict]] = []
+    rows: list[list[Record]] = []
     for record in members:
         start = lifetime(record, end)[0]
         for row in rows:
@@ -174,7 +196,7 @@ def _rows(members: list[dict], end: float) -> list[list[dict]]:
     return rows or [[]]
 
 
-def _bar(lane: ET.Element, record: dict, x, y: float, end: float, overlap: bool) -> None:
+def _bar(lane: ET.Element, record: Record, x, y: float, end: float, overlap: bool) -> None:
     start, stop = lifetime(record, end)
     light, dark = OVERLAP if overlap else COLOURS.get(record["kind"], ("#dee2e6", "#6c757d"))
     classes = " ".join(["runner", record["kind"], record["outcome"], *(["overlap"] if overlap else [])])
@@ -209,7 +231,7 @@ def _bar(lane: ET.Element, record: dict, x, y: float, end: float, overlap: bool)
         ET.SubElement(group, "text", x=_n(left + 4), y=_n(y + ROW / 2 + 4)).text = label
 
 
-def _overlap_band(lane: ET.Element, a: dict, b: dict, left: float, right: float, y: float, height: float):
+def _overlap_band(lane: ET.Element, a: Record, b: Record, left: float, right: float, y: float, height: float):
     band = ET.SubElement(lane, "g", {"class": "overlap-band", "data-runners": f"{a['id']} {b['id']}"})
     ET.SubElement(band, "title").text = (
         f"{a['id']} ({a['model']}, {a.get('fixture') or a.get('test')}) and {b['id']} ({b['model']}, "
@@ -230,7 +252,7 @@ def _model_name(model: str) -> str:
     return "/".join(parts[-2:]) if model.startswith(("/", ".")) else parts[-1]
 
 
-def _memory(lane: ET.Element, records: list[dict], sampled: list[dict], device: str, total, x, y) -> None:
+def _memory(lane: ET.Element, records: list[Record], sampled: list[Sample], device: str, total, x, y) -> None:
     """Used memory of the lane's device, as a step line: the readings at each runner start and stop, and
     the background sampler's (any worker's)."""
     samples = [(s["t"], s["used"][device]) for s in sampled if s.get("used", {}).get(device) is not None]

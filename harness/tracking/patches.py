@@ -146,7 +146,7 @@ class _PostImport(importlib.abc.MetaPathFinder):
             execute(module)
             _apply(TARGETS[name], module)
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        loader.exec_module = exec_module
         return spec
 
 
