@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 
 from harness.errors import HarnessError
+from harness.report.schema import Report, Tally
 from harness.report.store import load
 
 METRICS = {
@@ -68,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
     return 1 if reasons else 0
 
 
-def compare(before: dict, after: dict) -> dict:
+def compare(before: Report, after: Report) -> dict:
     """Suite, phase and file figures of both reports as ``[before, after]`` pairs."""
     suite_name = before.get("suite") if before.get("suite") == after.get("suite") else None
     return {
@@ -125,22 +126,22 @@ def change(before, after, *, seconds: bool = False) -> str:
     return text + ")"
 
 
-def _suite(report: dict) -> dict:
-    walls = [p.get("wall_s") for p in report["phases"]]
+def _suite(report: Report) -> dict:
+    walls = [wall for p in report["phases"] if (wall := p.get("wall_s")) is not None]
     outcomes = [t.get("outcome") for t in report["tests"]]
     return {
-        **_kinds(report["starts"].get("total", {})),
-        "wall_s": round(sum(walls), 3) if walls and None not in walls else None,
+        **_kinds(report["starts"].get("total")),
+        "wall_s": round(sum(walls), 3) if walls and len(walls) == len(report["phases"]) else None,
         "passed": outcomes.count("passed"),
         "failed": sum(outcomes.count(o) for o in FAILED),
     }
 
 
-def _phases(report: dict) -> dict[str, dict]:
+def _phases(report: Report) -> dict[str, dict]:
     by_phase = report["starts"].get("by_phase", {})
     return {
         phase["name"]: {
-            **_kinds(by_phase.get(phase["name"], {})),
+            **_kinds(by_phase.get(phase["name"])),
             "wall_s": phase.get("wall_s"),
             **_outcomes(phase.get("outcomes", {})),
         }
@@ -148,20 +149,21 @@ def _phases(report: dict) -> dict[str, dict]:
     }
 
 
-def _files(report: dict) -> dict[str, dict]:
+def _files(report: Report) -> dict[str, dict]:
     by_file, files = report["starts"].get("by_file", {}), report["files"]
-    return {
-        name: {
-            **_kinds(by_file.get(name, {})),
-            "wall_s": files.get(name, {}).get("wall_s"),
-            **_outcomes(files.get(name, {}).get("outcomes", {})),
+    figures = {}
+    for name in sorted(set(by_file) | set(files)):
+        file = files.get(name)
+        figures[name] = {
+            **_kinds(by_file.get(name)),
+            "wall_s": file["wall_s"] if file else None,
+            **_outcomes(file["outcomes"] if file else {}),
         }
-        for name in sorted(set(by_file) | set(files))
-    }
+    return figures
 
 
-def _kinds(tally: dict) -> dict:
-    kinds = tally.get("by_kind", {})
+def _kinds(tally: Tally | None) -> dict:
+    kinds = tally.get("by_kind", {}) if tally else {}
     return {"vllm_starts": kinds.get("vllm", 0), "hf_starts": kinds.get("hf", 0)}
 
 

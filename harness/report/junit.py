@@ -22,8 +22,8 @@ def merge(junit_dir: Path, records: Iterable[Record]) -> str:
     """The merged JUnit XML text of every ``<phase>.xml`` in ``junit_dir``."""
     by_case: dict[tuple[str | None, str, str], list[Record]] = {}
     for record in records:
-        if record.get("test"):
-            by_case.setdefault((record["phase"], *case_key(record["test"])), []).append(record)
+        if test := record.get("test"):
+            by_case.setdefault((record["phase"], *case_key(test)), []).append(record)
 
     root = ET.Element("testsuites", name="harness")
     for path in sorted(Path(junit_dir).glob("*.xml")) if Path(junit_dir).is_dir() else []:

@@ -48,6 +48,6 @@ def publish(text: str, report: Report, env: Mapping[str, str]) -> None:
 def style(report: Report) -> str:
     """Buildkite annotation style: a failed phase is an error (no tests collected is not), findings a
     warning."""
-    if worst([p["exit_code"] for p in report["phases"] if p.get("exit_code") is not None]):
+    if worst([code for p in report["phases"] if (code := p.get("exit_code")) is not None]):
         return "error"
     return "warning" if report["findings"] else "success"

@@ -23,7 +23,7 @@ from harness.ledger.writer import LedgerWriter
 from harness.memory import admission
 from harness.memory.waits import wait_for_memory
 from harness.platform import allocator
-from harness.platform.base import GIB
+from harness.platform.base import GIB, Platform
 from harness.tracking.context import current
 
 _starting = threading.local()  # a load inside a load (SentenceTransformer -> from_pretrained) counts once
@@ -169,10 +169,11 @@ def check_released(wait_s: float = RELEASE_WAIT_S, poll_s: float = 0.1) -> None:
         if time.monotonic() >= deadline:
             break
         time.sleep(poll_s)
+    writer = context.writer  # None, or another one: the session that stopped them has ended
     for run in runs:
         for uuid, kept in run.kept().items():
-            if kept > tolerance and run.writer is context.writer:
-                run.writer.write(
+            if writer is not None and kept > tolerance and run.writer is writer:
+                writer.write(
                     "finding",
                     type="memory-not-released",
                     runner=run.id,
@@ -209,7 +210,7 @@ def _wait(need: admission.Need) -> None:
     wait_for_memory(
         platform,
         need.devices,
-        per_device={i: readings[i].total_bytes - need.bytes for i in need.devices},
+        per_device={i: readings[i].total_bytes - (need.bytes or 0) for i in need.devices},
         timeout_s=current().settings.memory_wait_timeout_s,
     )
 
@@ -230,70 +231,89 @@ def starting(
     """
     __tracebackhide__ = True
     context = current()
-    writer = context.writer
-    if writer is None or getattr(_starting, "active", False):
+    if context.writer is None or getattr(_starting, "active", False):
         yield None
         return
     _starting.active = True
     try:
-        totals = {d.index: d.total_bytes for d in current().platform.devices()}
-        # more ranks than visible devices (the CPU has one; a pinned worker one GPU): account for what is
-        # visible and let the runner itself refuse what it cannot have
-        devices = tuple(d for d in devices if d in totals) or tuple(totals)[:1]
-        need_bytes = None
-        if fraction is not None and devices:
-            need_bytes = int(fraction * min(totals[i] for i in devices))
-        # vLLM's CPU backend checks node memory itself and fails at once; what it cannot see there is
-        # another live engine, so on the CPU admission checks the declared fractions only
-        measured = need_bytes if current().platform.name != "cpu" else None
-        need = admission.Need(devices=devices, bytes=measured, fraction=fraction)
-        run = Run(writer, kind, model, devices, need)
-        owner = run.owner
-        writer.write(
-            "runner-start",
-            id=run.id,
-            kind=kind,
-            model=model,
-            fingerprint=fingerprint(kind, config),
-            config=config,
-            test=owner.test,
-            file=owner.file,
-            fixture=owner.fixture,
-            scope=owner.scope,
-            worker=owner.worker,
-            phase=owner.phase,
-            devices=list(run.keys.values()),
-            need_bytes=need_bytes,
-            mem_before=run.mem_before,
-        )
+        need, declared = _need(context.platform, fraction, devices)
+        run = _announce(context.writer, kind, model, config, need, declared)
         began = time.monotonic()
         try:
             admission.admit(
                 run.label(),
-                need,
+                run.need,
                 holders=context.holders,
                 memory=context.platform.memory,
-                grace_s=current().settings.block_grace_s,
+                grace_s=context.settings.block_grace_s,
                 wait=_wait,
             )
             yield run
         except BaseException as error:
-            blocked = isinstance(error, RunnerBlocked)
-            names = [h.describe() for h in context.holders.on(devices)] if blocked else []
-            message = str(error).splitlines()[0] if str(error) else type(error).__name__
-            writer.write(
-                "runner-failed",
-                id=run.id,
-                startup_s=round(time.monotonic() - began, 3),
-                error=f"{type(error).__name__}: {message}",
-                blocked=blocked,
-                holders=names,
-            )
-            if blocked:
-                writer.write(
-                    "finding", type="live-runner-overlap", runner=run.id, test=owner.test, message=message
-                )
+            _failed(run, error, time.monotonic() - began, context.holders)
             raise
         run.started(time.monotonic() - began)
     finally:
         _starting.active = False
+
+
+def _need(
+    platform: Platform, fraction: float | None, devices: tuple[int, ...]
+) -> tuple[admission.Need, int | None]:
+    """What a runner declaring ``fraction`` of ``devices`` needs on the devices this process sees, and
+    the bytes that fraction stands for."""
+    totals = {d.index: d.total_bytes for d in platform.devices()}
+    # more ranks than visible devices (the CPU has one; a pinned worker one GPU): account for what is
+    # visible and let the runner itself refuse what it cannot have
+    devices = tuple(d for d in devices if d in totals) or tuple(totals)[:1]
+    declared = None
+    if fraction is not None and devices:
+        declared = int(fraction * min(totals[i] for i in devices))
+    # vLLM's CPU backend checks node memory itself and fails at once; what it cannot see there is
+    # another live engine, so on the CPU admission checks the declared fractions only
+    measured = declared if platform.name != "cpu" else None
+    return admission.Need(devices=devices, bytes=measured, fraction=fraction), declared
+
+
+def _announce(
+    writer: LedgerWriter, kind: str, model: str, config: dict, need: admission.Need, declared: int | None
+) -> Run:
+    """The ``Run`` of a start, its ``runner-start`` event written before the runner is built."""
+    run = Run(writer, kind, model, need.devices, need)
+    owner = run.owner
+    writer.write(
+        "runner-start",
+        id=run.id,
+        kind=kind,
+        model=model,
+        fingerprint=fingerprint(kind, config),
+        config=config,
+        test=owner.test,
+        file=owner.file,
+        fixture=owner.fixture,
+        scope=owner.scope,
+        worker=owner.worker,
+        phase=owner.phase,
+        devices=list(run.keys.values()),
+        need_bytes=declared,
+        mem_before=run.mem_before,
+    )
+    return run
+
+
+def _failed(run: Run, error: BaseException, startup_s: float, holders: admission.Holders) -> None:
+    """``runner-failed``; a start the admission check blocked is also a ``live-runner-overlap`` finding."""
+    blocked = isinstance(error, RunnerBlocked)
+    message = str(error).splitlines()[0] if str(error) else type(error).__name__
+    run.writer.write(
+        "runner-failed",
+        id=run.id,
+        startup_s=round(startup_s, 3),
+        error=f"{type(error).__name__}: {message}",
+        blocked=blocked,
+        holders=[h.describe() for h in holders.on(run.devices)] if blocked else [],
+    )
+    if blocked:
+        run.writer.write(
+            "finding", type="live-runner-overlap", runner=run.id, test=run.owner.test, message=message
+        )
