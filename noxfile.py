@@ -112,4 +112,5 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("lint-imports")
+    session.run("mypy")  # over harness/, configured in pyproject [tool.mypy]
     session.run("actionlint", *sorted(glob.glob("ci/github/*.yml")))
