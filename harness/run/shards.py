@@ -28,13 +28,13 @@ def parse_shard(spec: str | None, env: Mapping[str, str] = os.environ) -> tuple[
     """``"i/N"`` (0-based) → ``(i, N)``; with no spec, Buildkite's parallel-job variables fill it."""
     source = "--shard"
     if spec is None:
-        job, count = env.get("BUILDKITE_PARALLEL_JOB"), env.get("BUILDKITE_PARALLEL_JOB_COUNT")
-        if job is None and count is None:
+        job, jobs = env.get("BUILDKITE_PARALLEL_JOB"), env.get("BUILDKITE_PARALLEL_JOB_COUNT")
+        if job is None and jobs is None:
             return None
-        if job is None or count is None:
+        if job is None or jobs is None:
             missing = "BUILDKITE_PARALLEL_JOB" if job is None else "BUILDKITE_PARALLEL_JOB_COUNT"
             raise HarnessError(f"{missing} is not set but its partner is; cannot pick a shard")
-        spec, source = f"{job}/{count}", "BUILDKITE_PARALLEL_JOB/BUILDKITE_PARALLEL_JOB_COUNT"
+        spec, source = f"{job}/{jobs}", "BUILDKITE_PARALLEL_JOB/BUILDKITE_PARALLEL_JOB_COUNT"
     match = _SPEC.fullmatch(spec.strip())
     if not match:
         raise HarnessError(f"{source} {spec!r} is not 'i/N' with whole numbers (0-based i, e.g. 0/4)")
