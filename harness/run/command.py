@@ -15,6 +15,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -53,7 +54,7 @@ def main(args) -> int:
 
     out = Path(args.out or f"harness-out/{suite.name}-{platform}")
     _fresh(out)
-    meta = {
+    meta: dict[str, Any] = {
         "suite": suite.name,
         "platform": platform,
         "platform_reason": detection.reason,
@@ -128,7 +129,7 @@ def _finish(out: Path, meta: dict, console, env: dict) -> None:
     shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"
     console.print(f"runner starts by kind: {shown}")
     console.print(f"report: {out / 'report.json'}")
-    outcomes = Counter()
+    outcomes: Counter[str] = Counter()
     for phase in report["phases"]:
         outcomes.update(phase.get("outcomes", {}))
     # the run's closing line, in the form CI log readers take for a test runner's
