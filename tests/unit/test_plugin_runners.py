@@ -278,4 +278,6 @@ def test_a_broken_harness_table_is_one_line_not_an_internal_error(pytester):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--timeout", "5")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
-    result.stderr.fnmatch_lines(["ERROR: [[]tool.harness[]] settle_ratio: expected a number, got 'x'"])
+    result.stderr.fnmatch_lines(
+        ["ERROR: [[]tool.harness[]] settle_ratio: expected a number between 0 and 1, got 'x'"]
+    )
