@@ -21,44 +21,43 @@ def advise(records: Iterable[Record]) -> list[Advice]:
     for record in records:
         key = (record["phase"], record["worker"], record["file"], record["kind"], record["model"])
         groups.setdefault((*key, record["fingerprint"]), []).append(record)
-
-    advice: list[Advice] = []
-    for (phase, worker, file, kind, model, fingerprint), group in groups.items():
-        if len(group) < 2:
-            continue
-        tests = list(dict.fromkeys(r["test"] for r in group))
-        classes = {class_of(t) for t in tests}
-        owner = classes.pop() if len(classes) == 1 else None
-        scope = "class" if owner else "module"
-        first = group[0]
-        members = {id(r) for r in group}
-        later = [
-            r
-            for r in records
-            if id(r) not in members
-            and (r["phase"], r["worker"], r["file"]) == (phase, worker, file)
-            and r["start"] > first["start"]
-            and (scope == "module" or class_of(r["test"]) == owner)
-        ]
-        advice.append(
-            {
-                "kind": kind,
-                "model": model,
-                "fingerprint": fingerprint,
-                "phase": phase,
-                "worker": worker,
-                "file": file,
-                "starts": len(group),
-                "runners": [r["id"] for r in group],
-                "tests": tests,
-                "scope": scope,
-                "class": owner,
-                "seconds_saved": round(sum(r.get("startup_s") or 0.0 for r in group[1:]), 3),
-                "blocked": [{"test": r["test"], "kind": r["kind"], "model": r["model"]} for r in later],
-                "warning": _warning(kind, model, scope, later),
-            }
-        )
+    advice = [_advice(group, records) for group in groups.values() if len(group) > 1]
     return sorted(advice, key=lambda a: -a["seconds_saved"])
+
+
+def _advice(group: list[Record], records: list[Record]) -> Advice:
+    """One shared fixture for ``group``, at the narrowest scope that holds all its tests, and the later
+    starts in that scope it would keep the device from."""
+    first = group[0]
+    tests = list(dict.fromkeys(r["test"] for r in group))
+    classes = {class_of(t) for t in tests}
+    owner = classes.pop() if len(classes) == 1 else None
+    scope = "class" if owner else "module"
+    members = {id(r) for r in group}
+    later = [
+        r
+        for r in records
+        if id(r) not in members
+        and (r["phase"], r["worker"], r["file"]) == (first["phase"], first["worker"], first["file"])
+        and r["start"] > first["start"]
+        and (scope == "module" or class_of(r["test"]) == owner)
+    ]
+    return {
+        "kind": first["kind"],
+        "model": first["model"],
+        "fingerprint": first["fingerprint"],
+        "phase": first["phase"],
+        "worker": first["worker"],
+        "file": first["file"],
+        "starts": len(group),
+        "runners": [r["id"] for r in group],
+        "tests": tests,
+        "scope": scope,
+        "class": owner,
+        "seconds_saved": round(sum(r.get("startup_s") or 0.0 for r in group[1:]), 3),
+        "blocked": [{"test": r["test"], "kind": r["kind"], "model": r["model"]} for r in later],
+        "warning": _warning(first["kind"], first["model"], scope, later),
+    }
 
 
 def class_of(nodeid: str | None) -> str | None:
