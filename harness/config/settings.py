@@ -19,6 +19,7 @@ from harness.errors import ConfigError
 from harness.platform import PLATFORMS
 
 OTHER_OWNERS = ("suites", "ci")
+OVERLAP_POLICIES = ("block", "warn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Settings:
     shutdown_timeout_s: float | None = None
     memory_wait_timeout_s: float = 240.0
     block_grace_s: float = 3.0
+    overlap: str = "block"  # declared shares past a device: "block" the start, or "warn" and go on if it fits
     release_tolerance_gib: float = 0.5
     memory_sample_s: float = 5.0
     test_timeout_s: float = 900.0
@@ -85,6 +87,8 @@ def _typed(label: str, key: str, value):
         raise ConfigError(f"{label}: expected {'≥ 1' if base == 'int' else '≥ 0'}, got {value!r}")
     if key == "settle_ratio" and value > 1:
         raise ConfigError(f"{label}: expected a ratio between 0 and 1, got {value!r}")
+    if key == "overlap" and value not in OVERLAP_POLICIES:
+        raise ConfigError(f"{label}: expected one of {', '.join(map(repr, OVERLAP_POLICIES))}, got {value!r}")
     return float(value) if base == "float" else value
 
 

@@ -54,6 +54,7 @@ def read(directory: str | os.PathLike) -> Ledger:
                     "stop": None,
                     "teardown_s": None,
                     "mem_after_start": None,
+                    "held_after_start": None,
                     "mem_after_stop": None,
                     "outcome": "never-stopped",
                     "error": None,
@@ -68,7 +69,9 @@ def read(directory: str | os.PathLike) -> Ledger:
                     continue
                 if kind == "runner-started":
                     record.update(
-                        startup_s=event.get("startup_s"), mem_after_start=event.get("mem_after_start")
+                        startup_s=event.get("startup_s"),
+                        mem_after_start=event.get("mem_after_start"),
+                        held_after_start=event.get("held_after_start"),
                     )
                 elif kind == "runner-failed":
                     record.update(

@@ -65,6 +65,7 @@ def test_platform_table_overrides_top_level_and_env_overrides_both(pyproject):
         ("HARNESS_PHASE_TIMEOUT_S", "3600", "phase_timeout_s", 3600.0),
         ("HARNESS_SHUTDOWN_TIMEOUT_S", "none", "shutdown_timeout_s", None),
         ("HARNESS_LEDGER_DIR", "/tmp/ledger", "ledger_dir", "/tmp/ledger"),
+        ("HARNESS_OVERLAP", "warn", "overlap", "warn"),
     ],
 )
 def test_env_values_are_parsed_to_the_key_type(variable, text, key, value):
@@ -87,6 +88,10 @@ def test_env_values_are_parsed_to_the_key_type(variable, text, key, value):
         ("[tool.harness]\nledger_dir = 3", "[tool.harness] ledger_dir: expected a string or null, got 3"),
         ("[tool.harness]\nrocm = 4", "[tool.harness] rocm: expected a table [tool.harness.rocm], got 4"),
         ("[tool.harness]\nblock_grace_s = true", "[tool.harness] block_grace_s: expected a number, got True"),
+        (
+            "[tool.harness]\noverlap = 'allow'",
+            "[tool.harness] overlap: expected one of 'block', 'warn', got 'allow'",
+        ),
     ],
 )
 def test_bad_tables_name_the_key(pyproject, text, message):
@@ -109,6 +114,7 @@ def test_other_platforms_tables_are_validated_too(pyproject):
         ({"HARNESS_SETTLE_FLOOR_GIB": "x"}, "HARNESS_SETTLE_FLOOR_GIB: expected a number, got 'x'"),
         ({"HARNESS_SETTLE": "maybe"}, "HARNESS_SETTLE: expected a boolean, got 'maybe'"),
         ({"HARNESS_CPU_WORKERS": "auto"}, "HARNESS_CPU_WORKERS: expected an integer, got 'auto'"),
+        ({"HARNESS_OVERLAP": "off"}, "HARNESS_OVERLAP: expected one of 'block', 'warn', got 'off'"),
         ({"HARNESS_SETTLE_TIMEOUT_S": "none"}, "HARNESS_SETTLE_TIMEOUT_S: expected a number, got 'none'"),
         ({"HARNESS_WORKERS_PER_GPU": "0"}, "HARNESS_WORKERS_PER_GPU: expected ≥ 1, got 0"),
     ],
