@@ -48,7 +48,7 @@ class FakeCuda:
         self.cached += nbytes
 
     def first_use(self, nbytes: int) -> None:
-        """Kernels loaded on first use, library handles (cuBLAS): the context grows, torch's reserved does not."""
+        """Kernels loaded on first use, library handles (cuBLAS): the context grows, reserved does not."""
         self.context_bytes += nbytes
 
     def device_used(self) -> int:
