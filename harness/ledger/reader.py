@@ -82,6 +82,7 @@ def _record(start: dict[str, Any]) -> Record:
             "stop": None,
             "teardown_s": None,
             "mem_after_start": None,
+            "held_after_start": None,
             "mem_after_stop": None,
             "outcome": "never-stopped",
             "error": None,
@@ -95,6 +96,7 @@ _ENDS = {
     "runner-started": lambda e: {
         "startup_s": e.get("startup_s"),
         "mem_after_start": e.get("mem_after_start"),
+        "held_after_start": e.get("held_after_start"),
     },
     "runner-failed": lambda e: {
         "startup_s": e.get("startup_s"),

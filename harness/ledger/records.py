@@ -61,6 +61,7 @@ class Record(TypedDict):
     stop: float | None
     teardown_s: float | None
     mem_after_start: dict[str, int] | None
+    held_after_start: dict[str, int] | None  # what the runner itself holds (torch reserved, engine processes)
     mem_after_stop: dict[str, int] | None
     outcome: str  # "started" | "failed" | "blocked" | "never-stopped"
     error: str | None

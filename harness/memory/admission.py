@@ -8,7 +8,11 @@ explains is someone else's memory: that waits by the platform policy (``harness.
 
 Declared fractions matter because measured memory can hide the conflict: vLLM's CPU engine reserves its
 KV cache without touching it, so two engines whose fractions add past 1.0 both start on a laptop, while on
-a GPU the second waits 240 s for memory that never frees.
+a GPU the second waits 240 s for memory that never frees. So by default (``overlap = "block"``) declared
+shares must fit, and the bug is caught on every platform and with every model. They can also overstate:
+on an H200 an encoder-only engine (no KV cache) declared 0.92 and used 1.4 GiB, and plain vLLM started a
+second engine beside it; ``overlap = "warn"`` makes that a finding and lets the start go on when the
+measured memory fits.
 """
 
 from __future__ import annotations
@@ -27,20 +31,31 @@ from harness.platform.base import GIB
 
 @dataclass
 class Holder:
-    """Something alive in this process that keeps device memory: a runner or a fixture value."""
+    """Something alive in this process that keeps device memory: a runner or a fixture value.
+
+    What it declared and what it uses are kept apart: an encoder-only vLLM engine declares 0.92 of an
+    H200 (129 GiB) and uses 1.4 GiB, a decoder uses its whole share. Declared shares decide under
+    ``overlap = "block"``; measured bytes decide whether a start fits the device.
+    """
 
     key: object
     label: str  # "vllm runner `model`" / "fixture `name`"
     owner: Owner
     devices: tuple[int, ...]  # visible device indices
-    held_bytes: dict[int, int] = field(default_factory=dict)  # per device: declared or measured
+    used_bytes: dict[int, int] = field(default_factory=dict)  # per device, measured at its start
     fraction: float | None = None  # declared share of each device (vLLM's gpu_memory_utilization)
+    declared_bytes: int | None = None  # that share in bytes, per device
 
     def describe(self) -> str:
         started = f"started in {self.owner.test}" if self.owner.test else "started outside any test"
-        fraction = f", {self.fraction:g} of the device" if self.fraction is not None else ""
-        held = sum(self.held_bytes.values()) / GIB
-        return f"{self.label} ({held:.2f} GiB{fraction}, {started}): {self.owner.lifetime()}"
+        per_device = " per device" if len(self.devices) > 1 else ""
+        declared = (
+            f"declares {self.fraction:g} = {self.declared_bytes / GIB:.2f} GiB{per_device}; "
+            if self.fraction is not None and self.declared_bytes is not None
+            else ""
+        )
+        used = " + ".join(f"{max(0, b) / GIB:.2f}" for b in self.used_bytes.values()) or "0.00"
+        return f"{self.label} ({declared}uses {used} GiB, {started}): {self.owner.lifetime()}"
 
 
 class Holders:
@@ -75,34 +90,44 @@ class Need:
     fraction: float | None = None
 
 
-def _conflict(need: Need, memory: dict, live: list[Holder]) -> tuple[str, list[Holder]] | None:
-    """(what is short, the holders that explain it) or None when the runner fits.
+def _declared_conflict(need: Need, live: list[Holder]) -> tuple[str, list[Holder]] | None:
+    """(what is over-declared, the declaring holders) when declared shares with this one pass 1.0."""
+    if need.fraction is None:
+        return None
+    declaring = [h for h in live if h.fraction is not None]
+    declared = sum(h.fraction or 0.0 for h in declaring)
+    if declaring and declared + need.fraction > 1.0:
+        return (
+            f"live runners declared {declared:g} of the device and this one asks for "
+            f"{need.fraction:g} (together {declared + need.fraction:g} > 1)",
+            declaring,
+        )
+    return None
+
+
+def _measured_conflict(need: Need, memory: dict, live: list[Holder]) -> tuple[str, list[Holder]] | None:
+    """(what is short, the holders whose measured use explains it) or None when the runner fits.
 
     An empty holder list means the shortage is not explained by anything this process keeps alive.
     """
-    if need.fraction is not None:
-        declaring = [h for h in live if h.fraction is not None]
-        declared = sum(h.fraction or 0.0 for h in declaring)
-        if declaring and declared + need.fraction > 1.0:
-            return (
-                f"live runners declared {declared:g} of the device and this one asks for "
-                f"{need.fraction:g} (together {declared + need.fraction:g} > 1)",
-                declaring,
-            )
     if need.bytes is None:
         return None
     for index in need.devices:
         reading = memory[index]
         if reading.free_bytes >= need.bytes:
             continue
-        here = [h for h in live if h.held_bytes.get(index, 0) > 0]
-        held = sum(h.held_bytes[index] for h in here)
+        here = [h for h in live if h.used_bytes.get(index, 0) > 0]
+        held = sum(h.used_bytes[index] for h in here)
         short = (
             f"device {index} has {reading.free_bytes / GIB:.2f} GiB free of {reading.total_bytes / GIB:.2f} "
             f"GiB and this runner needs {need.bytes / GIB:.2f} GiB"
         )
         return short, here if reading.free_bytes + held >= need.bytes else []
     return None
+
+
+def _names(explaining: list[Holder]) -> str:
+    return "; ".join(h.describe() for h in explaining)
 
 
 def admit(
@@ -113,19 +138,25 @@ def admit(
     memory: Callable[[], dict],
     grace_s: float,
     wait: Callable[[Need], None],
+    overlap: str = "block",
+    warn: Callable[[str], None] = lambda message: None,
     poll_s: float = 0.1,
 ) -> None:
     """Return when ``need`` fits; raise ``RunnerBlocked`` naming the holders when they explain why not.
 
     ``memory`` reads the platform (visible index -> MemoryReading); ``wait`` is the platform-policy wait
     for a shortage no holder explains. Within ``grace_s`` holders may still go (a garbage collection runs
-    the finalizers of dropped runners), so the check repeats until then.
+    the finalizers of dropped runners), so the check repeats until then. Declared shares past the device
+    block under ``overlap="block"``; under ``"warn"`` they are passed to ``warn`` once and the start goes
+    on when the measured memory fits.
     """
     __tracebackhide__ = True
     deadline = time.monotonic() + grace_s
-    collected = False
+    collected = warned = False
     while True:
-        found = _conflict(need, memory(), holders.on(need.devices))
+        live = holders.on(need.devices)
+        declared = None if warned else _declared_conflict(need, live)
+        found = declared or _measured_conflict(need, memory(), live)
         if found is None:
             return
         short, explaining = found
@@ -135,10 +166,13 @@ def admit(
             allocator.empty_cache()
             collected = True
             continue
+        if declared is not None and overlap == "warn":
+            warn(f'{label} starts although {short} (overlap = "warn"); held by {_names(explaining)}')
+            warned = True
+            continue
         if not explaining:
             wait(need)
             return
         if time.monotonic() >= deadline:
-            names = "; ".join(h.describe() for h in explaining)
-            raise RunnerBlocked(f"{label} cannot start: {short}; held by {names}")
+            raise RunnerBlocked(f"{label} cannot start: {short}; held by {_names(explaining)}")
         time.sleep(poll_s)

@@ -84,3 +84,14 @@ class AmdPlatform(Platform):
             return {index: self._vram(handle) for index, handle in enumerate(self._handles)}
         except self._amdsmi.AmdSmiException as error:
             raise PlatformError(f"amdsmi failed while reading device memory: {error}") from None
+
+    def process_memory(self, pids: set[int]) -> dict[int, int]:
+        """VRAM (bytes) of ``pids`` from ``amdsmi_get_gpu_process_list`` (ROCm 6.2+: one dict per process)."""
+        try:
+            listed = [self._amdsmi.amdsmi_get_gpu_process_list(handle) for handle in self._handles]
+        except self._amdsmi.AmdSmiException as error:
+            raise PlatformError(f"amdsmi failed while listing GPU processes: {error}") from None
+        return {
+            index: sum(p["memory_usage"]["vram_mem"] for p in processes if p["pid"] in pids)
+            for index, processes in enumerate(listed)
+        }

@@ -51,3 +51,10 @@ class Platform(ABC):
     @abstractmethod
     def memory(self) -> dict[int, MemoryReading]:
         """Memory of every visible device, keyed by visible index, read in one pass."""
+
+    @abstractmethod
+    def process_memory(self, pids: set[int]) -> dict[int, int]:
+        """Bytes the processes ``pids`` use on each visible device, as the library counts them per process.
+
+        What a runner's engine process holds, apart from what this process's own CUDA context grows by.
+        """

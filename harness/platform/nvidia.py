@@ -60,3 +60,14 @@ class NvidiaPlatform(Platform):
         except self._nvml.NVMLError as error:
             raise PlatformError(f"NVML failed while reading device memory: {error}") from None
         return {index: MemoryReading(info.used, info.total) for index, info in enumerate(infos)}
+
+    def process_memory(self, pids: set[int]) -> dict[int, int]:
+        """``usedGpuMemory`` (bytes; None where NVML cannot tell, as under MIG) summed over ``pids``."""
+        try:
+            listed = [self._nvml.nvmlDeviceGetComputeRunningProcesses(handle) for handle in self._handles]
+        except self._nvml.NVMLError as error:
+            raise PlatformError(f"NVML failed while listing GPU processes: {error}") from None
+        return {
+            index: sum(p.usedGpuMemory or 0 for p in processes if p.pid in pids)
+            for index, processes in enumerate(listed)
+        }

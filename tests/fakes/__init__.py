@@ -8,7 +8,8 @@ on ``sys.path``).
 Devices come from the environment, re-read on every call so a test can change ``used`` between polls:
 
 - ``FAKE_GPUS``: a JSON list of ``{"name", "uuid", "bus", "total", "used"}`` (``total``/``used`` in bytes,
-  ``bus`` a PCI address such as ``"0000:1b:00.0"``), in the library's enumeration order; or
+  ``bus`` a PCI address such as ``"0000:1b:00.0"``), in the library's enumeration order, and optionally
+  ``"processes": {"<pid>": bytes}``, what the per-process calls report (a part of ``used``); or
 - ``FAKE_GPUS_FILE``: the path of a file holding that JSON, for subprocesses (pytester, xdist workers)
   whose environment a test cannot change after the start: the test rewrites the file instead.
 

@@ -127,3 +127,18 @@ def amdsmi_get_gpu_memory_usage(handle: processor_handle, mem_type: AmdSmiMemory
 def amdsmi_get_gpu_vram_usage(handle: processor_handle) -> dict:
     gpu = _device(handle)
     return {"vram_total": gpu["total"] // 2**20, "vram_used": gpu["used"] // 2**20}
+
+
+def amdsmi_get_gpu_process_list(handle: processor_handle) -> list[dict]:
+    """ROCm 6.2+'s shape: one dict per process using the device, memory in bytes."""
+    return [
+        {
+            "name": "python3",
+            "pid": int(pid),
+            "mem": used,
+            "engine_usage": {"gfx": 0, "enc": 0},
+            "memory_usage": {"gtt_mem": 0, "cpu_mem": 0, "vram_mem": used},
+            "cu_occupancy": 0,
+        }
+        for pid, used in _device(handle).get("processes", {}).items()
+    ]

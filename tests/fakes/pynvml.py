@@ -163,3 +163,17 @@ def nvmlDeviceGetPciInfo(handle: c_nvmlDevice_t) -> nvmlPciInfo_t:
 def nvmlDeviceGetMemoryInfo(handle: c_nvmlDevice_t, version=None) -> c_nvmlMemory_t:
     gpu = _device(handle)
     return c_nvmlMemory_t(total=gpu["total"], free=gpu["total"] - gpu["used"], used=gpu["used"])
+
+
+@dataclass
+class c_nvmlProcessInfo_t:
+    """What nvidia-ml-py hands back per process (its friendly object of ``c_nvmlProcessInfo_v3_t``)."""
+
+    pid: int
+    usedGpuMemory: int | None  # bytes; None where NVML cannot tell (MIG, Windows WDDM)
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle: c_nvmlDevice_t) -> list[c_nvmlProcessInfo_t]:
+    return [c_nvmlProcessInfo_t(int(pid), used) for pid, used in _device(handle).get("processes", {}).items()]

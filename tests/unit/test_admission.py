@@ -23,16 +23,23 @@ def _memory(used_gib: float, total_gib: float = 80):
     return lambda: {0: MemoryReading(int(used_gib * GIB), int(total_gib * GIB))}
 
 
-def _engine(live, fraction: float, key="gw0-1"):
-    live.hold(
-        admission.Holder(key, "vllm runner `m`", MODULE_OWNER, (0,), {0: int(fraction * 80 * GIB)}, fraction)
-    )
+def _engine(live, fraction: float, key="gw0-1", used_gib: float | None = None, total_gib: float = 80):
+    """A live engine that declared ``fraction`` and uses all of it (a decoder) or ``used_gib``."""
+    declared = int(fraction * total_gib * GIB)
+    used = declared if used_gib is None else int(used_gib * GIB)
+    live.hold(admission.Holder(key, "vllm runner `m`", MODULE_OWNER, (0,), {0: used}, fraction, declared))
 
 
-def _admit(live, need, used_gib, grace_s=0.2):
+def _admit(live, need, used_gib, grace_s=0.2, total_gib=80, **policy):
     waited = []
     admission.admit(
-        "vllm runner `new`", need, holders=live, memory=_memory(used_gib), grace_s=grace_s, wait=waited.append
+        "vllm runner `new`",
+        need,
+        holders=live,
+        memory=_memory(used_gib, total_gib),
+        grace_s=grace_s,
+        wait=waited.append,
+        **policy,
     )
     return waited
 
@@ -54,7 +61,9 @@ def test_declared_fractions_past_one_block_even_when_measured_memory_is_free(liv
 
 def test_measured_shortage_explained_by_a_holder_blocks(live):
     live.hold(admission.Holder("f", "fixture `tensor`", MODULE_OWNER, (0,), {0: 60 * GIB}))
-    with pytest.raises(RunnerBlocked, match=r"device 0 has 19.00 GiB free.*fixture `tensor` \(60.00 GiB"):
+    with pytest.raises(
+        RunnerBlocked, match=r"device 0 has 19.00 GiB free.*fixture `tensor` \(uses 60.00 GiB"
+    ):
         _admit(live, admission.Need((0,), 30 * GIB), used_gib=61)
 
 
@@ -104,3 +113,40 @@ def test_a_holder_released_during_the_grace_lets_the_runner_start(live):
 def test_unknown_need_is_admitted(live):
     _engine(live, 0.9)
     assert _admit(live, admission.Need((0,), None, None), used_gib=79) == []
+
+
+# The H200 (139.8 GiB by torch): a module-scoped engine at 0.92, then a test's own engine at 0.92.
+H200_GIB = 139.8
+SECOND = admission.Need((0,), int(0.92 * H200_GIB * GIB), 0.92)
+
+
+def test_a_holder_is_shown_as_declared_and_as_measured(live):
+    """Encoder-only MiniLM: it declared 0.92 of the H200 and used 1.4 GiB (no KV cache); the message said
+    it kept "129.17 GiB", the declared share printed as if measured."""
+    _engine(live, 0.92, used_gib=1.4, total_gib=H200_GIB)
+    with pytest.raises(RunnerBlocked) as error:
+        _admit(live, SECOND, used_gib=2, total_gib=H200_GIB)
+    assert "vllm runner `m` (declares 0.92 = 128.62 GiB; uses 1.40 GiB, started in t.py::test_first)" in str(
+        error.value
+    )
+
+
+def test_warn_lets_an_over_declared_start_go_on_when_measured_memory_fits(live):
+    """As plain vLLM does for the encoder: the second engine starts beside the first, with a finding."""
+    _engine(live, 0.92, used_gib=1.4, total_gib=H200_GIB)
+    warned = []
+    assert _admit(live, SECOND, used_gib=2, total_gib=H200_GIB, overlap="warn", warn=warned.append) == []
+    (message,) = warned
+    assert "together 1.84 > 1" in message and 'overlap = "warn"' in message and "uses 1.40 GiB" in message
+
+
+def test_warn_still_blocks_a_start_the_measured_memory_cannot_hold(live):
+    """A decoder takes its whole share: plain vLLM failed after 2.2 s with "Free memory on device cuda:0
+    (9.87/139.8 GiB) on startup is less than desired GPU memory utilization", the holder unnamed."""
+    _engine(live, 0.92, total_gib=H200_GIB)
+    warned = []
+    with pytest.raises(RunnerBlocked) as error:
+        _admit(live, SECOND, used_gib=H200_GIB - 9.87, total_gib=H200_GIB, overlap="warn", warn=warned.append)
+    assert "device 0 has 9.87 GiB free of 139.80 GiB" in str(error.value)
+    assert "declares 0.92 = 128.62 GiB; uses 128.62 GiB" in str(error.value)
+    assert len(warned) == 1

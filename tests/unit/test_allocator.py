@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -26,19 +27,24 @@ def cuda(monkeypatch):
 
 
 class OneGpu(Platform):
-    """An 80 GiB device whose used bytes are the driver's plus this process's (the fake torch's)."""
+    """An 80 GiB device whose used bytes are the driver's, this process's (the fake torch's) and those of
+    other processes (``engines``: pid -> bytes, what NVML lists per process)."""
 
     name = "cuda"
     mask_variable = "CUDA_VISIBLE_DEVICES"
 
     def __init__(self, cuda: FakeCuda):
         self.cuda = cuda
+        self.engines: dict[int, int] = {}
 
     def devices(self):
         return [Device(0, 0, "fake H100", "GPU-0", "0000:10:00.0", TOTAL)]
 
     def memory(self):
-        return {0: MemoryReading(BASE + self.cuda.device_used(), TOTAL)}
+        return {0: MemoryReading(BASE + self.cuda.device_used() + sum(self.engines.values()), TOTAL)}
+
+    def process_memory(self, pids):
+        return {0: sum(used for pid, used in self.engines.items() if pid in pids)}
 
 
 def test_without_torch_nothing_is_cached_or_initialised(monkeypatch):
@@ -67,8 +73,13 @@ def test_cached_blocks_of_a_torn_down_fixture_do_not_send_a_start_to_the_long_wa
 
 
 @pytest.fixture
-def recording(cuda, tmp_path):
-    here = context.Context(OneGpu(cuda), load_settings("cuda", None, env={}))
+def gpu(cuda):
+    return OneGpu(cuda)
+
+
+@pytest.fixture
+def recording(gpu, tmp_path):
+    here = context.Context(gpu, load_settings("cuda", None, env={}))
     here.writer = ledger.LedgerWriter(tmp_path, worker="main")
     replaced = context.use(here)
     yield tmp_path
@@ -81,25 +92,78 @@ def _hf_start(cuda: FakeCuda, model_bytes: int) -> starts.Run:
     return run
 
 
-def test_the_context_a_first_load_creates_is_not_a_leak(cuda, recording):
-    """H200: a first HF load's CUDA context (0.6 GiB) read as 0.70 GiB "not released"."""
-    run = _hf_start(cuda, 2 * GIB)
-    cuda.free(2 * GIB)
+def _stopped(run: starts.Run, recording) -> list[dict]:
     run.stop()
     starts.check_released(wait_s=0)
-    assert ledger.read(recording).findings == []
-    assert run.context_bytes == {"GPU-0": cuda.context_bytes}
+    return ledger.read(recording).findings
+
+
+def test_the_context_a_first_load_creates_is_not_a_leak(cuda, recording):
+    run = _hf_start(cuda, 2 * GIB)
+    cuda.free(2 * GIB)
+    assert _stopped(run, recording) == []
+
+
+def test_context_growth_after_the_start_is_not_a_leak(cuda, recording):
+    """H200: a clean HF runner read as 0.70 GiB "not released": its context grew after the start."""
+    run = _hf_start(cuda, 2 * GIB)
+    cuda.first_use(int(0.7 * GIB))  # the first forward pass loads kernels, creates the cuBLAS handle
+    cuda.free(2 * GIB)
+    assert _stopped(run, recording) == []
+
+
+def test_a_model_moved_to_the_gpu_after_its_recorded_load_is_not_a_leak(cuda, recording):
+    """H200: 1.03 GiB "not released": HfRunner loaded on the CPU and moved the model to CUDA after the
+    recorded load, so the whole CUDA context appeared after the start, and grew with the first forward."""
+    with starts.starting("hf", "m", {"model": "m"}) as run:
+        pass  # from_pretrained on the CPU: nothing on the device yet
+    cuda.alloc(2 * GIB)  # .to("cuda") after the recorded load: the context and the weights appear now
+    cuda.first_use(int(0.4 * GIB))
+    cuda.free(2 * GIB)
+    assert _stopped(run, recording) == []
 
 
 def test_a_tensor_kept_past_the_stop_is_a_leak(cuda, recording):
     run = _hf_start(cuda, 2 * GIB)
     cuda.alloc(3 * GIB)  # leaked while the runner was alive
     cuda.free(2 * GIB)
-    run.stop()
-    starts.check_released(wait_s=0)
-    (finding,) = ledger.read(recording).findings
+    (finding,) = _stopped(run, recording)
     assert finding["type"] == "memory-not-released"
     assert "left 3.00 GiB on GPU-0" in finding["message"]
+
+
+@pytest.fixture
+def engines():
+    """Real child processes standing in for vLLM engine cores (psutil finds them among the children)."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for child in started:
+        child.kill()
+        child.wait()
+
+
+def _vllm_start(gpu: OneGpu, engines: list, engine_bytes: int) -> tuple[starts.Run, int]:
+    with starts.starting("vllm", "m", {"model": "m"}, fraction=0.9) as run:
+        engines.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+        gpu.engines[engines[-1].pid] = engine_bytes  # the engine core, a child process, takes its share
+    return run, engines[-1].pid
+
+
+def test_an_engine_is_charged_with_its_process_not_with_this_process_context(cuda, gpu, recording, engines):
+    """The HF reference in the same test creates this process's context while the engine is alive."""
+    run, pid = _vllm_start(gpu, engines, 70 * GIB)
+    (record,) = ledger.read(recording).records
+    assert record["held_after_start"] == {"GPU-0": 70 * GIB}
+    cuda.alloc(GIB)  # an HF model beside it: context and weights in this process
+    cuda.free(GIB)
+    del gpu.engines[pid]  # shutdown: the engine process exits
+    assert _stopped(run, recording) == []
+
+
+def test_an_engine_process_left_alive_after_the_stop_is_a_leak(gpu, recording, engines):
+    run, _ = _vllm_start(gpu, engines, 70 * GIB)
+    (finding,) = _stopped(run, recording)
+    assert "left 70.00 GiB on GPU-0" in finding["message"]
 
 
 def test_more_ranks_than_visible_devices_are_accounted_on_the_visible_ones(cuda, recording):

@@ -68,6 +68,7 @@ def test_platform_table_overrides_top_level_and_env_overrides_both(pyproject):
         ("HARNESS_PHASE_TIMEOUT_S", "3600", "phase_timeout_s", 3600.0),
         ("HARNESS_SHUTDOWN_TIMEOUT_S", "none", "shutdown_timeout_s", None),
         ("HARNESS_LEDGER_DIR", "/tmp/ledger", "ledger_dir", "/tmp/ledger"),
+        ("HARNESS_OVERLAP", "warn", "overlap", "warn"),
     ],
 )
 def test_env_values_are_parsed_to_the_key_type(variable, text, key, value):
@@ -96,6 +97,10 @@ def test_env_values_are_parsed_to_the_key_type(variable, text, key, value):
         ("[tool.harness]\nledger_dir = 3", "[tool.harness] ledger_dir: expected a string or null, got 3"),
         ("[tool.harness]\nrocm = 4", "[tool.harness] rocm: expected a table, got 4"),
         (
+            "[tool.harness]\noverlap = 'allow'",
+            "[tool.harness] overlap: expected 'block' or 'warn', got 'allow'",
+        ),
+        (
             "[tool.harness]\nblock_grace_s = true",
             "[tool.harness] block_grace_s: expected a number ≥ 0, got True",
         ),
@@ -120,6 +125,7 @@ def test_other_platforms_tables_are_validated_too(pyproject):
     [
         ({"HARNESS_SETTLE_FLOOR_GIB": "x"}, "HARNESS_SETTLE_FLOOR_GIB: expected a number ≥ 0, got 'x'"),
         ({"HARNESS_SETTLE": "maybe"}, "HARNESS_SETTLE: expected a boolean, got 'maybe'"),
+        ({"HARNESS_OVERLAP": "off"}, "HARNESS_OVERLAP: expected 'block' or 'warn', got 'off'"),
         ({"HARNESS_CPU_WORKERS": "auto"}, "HARNESS_CPU_WORKERS: expected an integer ≥ 1, got 'auto'"),
         ({"HARNESS_SETTLE_TIMEOUT_S": "none"}, "HARNESS_SETTLE_TIMEOUT_S: expected a number ≥ 0, got 'none'"),
         ({"HARNESS_WORKERS_PER_GPU": "0"}, "HARNESS_WORKERS_PER_GPU: expected an integer ≥ 1, got 0"),

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SUITE_SESSIONS = {f"{p}_{s}": {p, s} for p in ("cuda", "rocm", "cpu") for s in ("pooling", "generation")}
 
@@ -62,3 +64,15 @@ def test_no_venv_installs_nothing_and_passes_pytest_args_through(tmp_path):
     assert [p["exit_code"] for p in meta["phases"]] == [0, 5, 5]
     junit = (tmp_path / "harness-out" / "pooling-cpu" / "junit" / "shared-engine.xml").read_text()
     assert 'name="test_wanted"' in junit and "test_other" not in junit
+
+
+def test_rocm_stops_at_a_python_other_than_3_12_before_installing(tmp_path):
+    """vLLM's ROCm wheels are cp312 only: another Python would silently get the CUDA wheel from PyPI."""
+    if sys.version_info[:2] == (3, 12):
+        pytest.skip("this interpreter is 3.12: the session would go on to install")
+    shutil.copy(ROOT / "noxfile.py", tmp_path / "noxfile.py")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    result = nox("-s", "rocm_pooling", f"--envdir={tmp_path / 'envs'}", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "vLLM's ROCm wheels are for Python 3.12, this venv has" in result.stderr
+    assert "pip install" not in result.stderr

@@ -74,3 +74,10 @@ def test_gpu_prefixed_uuid_matches_amdsmi_uuid(amd):
 def test_bad_rocr_mask_names_the_variable(amd):
     with pytest.raises(DeviceMaskError, match="ROCR_VISIBLE_DEVICES='x'"):
         amd([mi300(0, 0)], ROCR_VISIBLE_DEVICES="x")
+
+
+def test_process_memory_is_vram_bytes_of_the_given_pids(amd):
+    engine = {**mi300(0, used=30 * GIB), "processes": {"481": 29 * GIB, "77": GIB}}
+    platform = amd([engine])
+    assert platform.process_memory({481}) == {0: 29 * GIB}
+    assert platform.process_memory(set()) == {0: 0}

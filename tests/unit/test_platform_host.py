@@ -1,5 +1,8 @@
 """HostPlatform: psutil for the host, NUMA node 0 meminfo (kB → bytes) for the device figure."""
 
+import subprocess
+import sys
+
 import psutil
 import pytest
 
@@ -53,3 +56,15 @@ def test_broken_meminfo_is_a_platform_error(tmp_path):
     path.write_text("Node 0 Active: 1 kB\n")
     with pytest.raises(PlatformError, match="no MemTotal/MemFree"):
         HostPlatform(path).memory()
+
+
+def test_process_memory_is_the_resident_memory_of_live_pids():
+    """A CPU engine's memory is its process's; a pid that has exited counts nothing."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        resident = HostPlatform().process_memory({child.pid})[0]
+        assert 0 < resident == pytest.approx(psutil.Process(child.pid).memory_info().rss, rel=0.5)
+    finally:
+        child.kill()
+        child.wait()
+    assert HostPlatform().process_memory({child.pid}) == {0: 0}

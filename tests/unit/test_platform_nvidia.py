@@ -88,3 +88,18 @@ def test_fake_error_classes_have_nvml_value_semantics():
     assert error.value == 6 and str(error) == "Not Found"
     assert fake.NVMLError_LibraryNotFound().value == fake.NVML_ERROR_LIBRARY_NOT_FOUND
     assert fake.NVMLError_NotFound() == error
+
+
+def test_process_memory_is_per_visible_device_for_the_given_pids(nvml):
+    """H200: NVML listed the test process (its context, 612 MiB) and a child's 2.5 GiB by their own pids."""
+    engine = {**gpu(1, used=3 * GIB), "processes": {"460": 612 * 2**20, "481": 2 * GIB + 1}}
+    other = {**gpu(0, used=GIB), "processes": {"999": GIB}}
+    platform = nvml([other, engine], CUDA_VISIBLE_DEVICES="1")()
+    assert platform.process_memory({481}) == {0: 2 * GIB + 1}
+    assert platform.process_memory({999}) == {0: 0}  # on a device this process does not see
+
+
+def test_process_memory_nvml_cannot_tell_counts_nothing(nvml):
+    """Under MIG (or Windows WDDM) nvidia-ml-py reports usedGpuMemory as None."""
+    platform = nvml([{**gpu(0, used=GIB), "processes": {"7": None}}])()
+    assert platform.process_memory({7}) == {0: 0}

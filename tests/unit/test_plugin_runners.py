@@ -200,7 +200,7 @@ def test_fixture_that_grew_device_memory_is_named(run):
         """
     result, merged = run({"test_tensor": suite})
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*RunnerBlocked*fixture `big_tensor` (60.00 GiB*module-scoped*"])
+    result.stdout.fnmatch_lines(["*RunnerBlocked*fixture `big_tensor` (uses 60.00 GiB*module-scoped*"])
     assert [r["outcome"] for r in merged.records] == ["blocked"]
 
 

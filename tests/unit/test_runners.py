@@ -11,7 +11,10 @@ import weakref
 import numpy as np
 import pytest
 
+from harness.ledger.reader import events, read
+from harness.ledger.writer import LedgerWriter
 from harness.runners import HfRunner
+from harness.tracking import context, patches
 from tests.models.conftest import minilm_path
 from tests.models.generation.conftest import build
 
@@ -76,3 +79,30 @@ def test_sentence_transformer_embeddings_and_tokens():
     mean = tokens[0].mean(axis=0)
     np.testing.assert_allclose(mean / np.linalg.norm(mean), pooled[0], atol=1e-5)
     assert model() is None
+
+
+def test_the_move_to_the_device_is_inside_the_recorded_load(llama, tmp_path, monkeypatch):
+    """H200: HfRunner loaded on the CPU and moved to CUDA after the recorded load, so the CUDA context and
+    the weights appeared after its start, and the start measured nothing of the model."""
+    import torch
+
+    here = context.build(None)
+    here.writer = LedgerWriter(tmp_path, worker="main")
+    replaced = context.use(here)
+    patches.install()
+    moved_after = []
+    move = torch.nn.Module.to
+
+    def to(self, *args, **kwargs):
+        moved_after.append([e["event"] for e in events(tmp_path / "main.jsonl")][-1])
+        return move(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "to", to)
+    try:
+        with HfRunner(llama, dtype="float32"):
+            pass
+    finally:
+        context.use(replaced)
+    assert moved_after[-1] == "runner-start"  # recorded, not yet started: the move is part of the start
+    (record,) = read(tmp_path).records
+    assert record["config"]["class"] == "AutoModelForCausalLM" and record["outcome"] == "started"

@@ -1,7 +1,9 @@
 """Tiny generation models on vLLM against HF transformers: one vLLM and one HF start per model.
 
 The HF side runs once per model in a session fixture that closes its model before returning (data from
-then on); the vLLM engine is class-scoped and serves every test of the class, beam widths included.
+then on; on a GPU in a child process, so vLLM can fork its engine); the vLLM engine is class-scoped and
+serves every test of the class, beam widths included. Greedy ids equal to HF's are a float32 claim, so the
+engine runs with TF32 off (``ieee_float32``).
 """
 
 import math
@@ -9,6 +11,8 @@ import math
 import pytest
 
 from harness.runners import HfRunner, VllmRunner
+from harness.tracking.child import in_child
+from tests.models.conftest import ieee_float32
 
 PROMPTS = [
     "The capital of France is",
@@ -37,23 +41,31 @@ def check_logprobs_close(hf, vllm, atol: float = 1e-3) -> None:
                 assert math.isclose(hf_steps[step][token], vllm_steps[step][token], abs_tol=atol), where
 
 
+def hf_reference(model: str) -> dict:
+    """Everything the tests compare against, from one float32 HF start (IEEE float32 matmuls)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    with HfRunner(model, dtype="float32") as hf:
+        return {
+            "greedy": hf.generate_greedy(PROMPTS, MAX_TOKENS),
+            "logprobs": hf.generate_greedy_logprobs(PROMPTS, MAX_TOKENS, NUM_LOGPROBS),
+            "beams": {w: hf.generate_beam_search(PROMPTS, w, MAX_TOKENS) for w in BEAM_WIDTHS},
+        }
+
+
 @pytest.fixture(scope="session")
 def hf_outputs(generation_model, session_cache):
-    """Everything the tests compare against, from one float32 HF start per model."""
+    """The HF reference of a model, computed once (in a child process on a GPU)."""
     key = ("hf_outputs", generation_model)
     if key not in session_cache:
-        with HfRunner(generation_model, dtype="float32") as hf:
-            session_cache[key] = {
-                "greedy": hf.generate_greedy(PROMPTS, MAX_TOKENS),
-                "logprobs": hf.generate_greedy_logprobs(PROMPTS, MAX_TOKENS, NUM_LOGPROBS),
-                "beams": {w: hf.generate_beam_search(PROMPTS, w, MAX_TOKENS) for w in BEAM_WIDTHS},
-            }
+        session_cache[key] = in_child(hf_reference, generation_model)
     return session_cache[key]
 
 
 @pytest.fixture(scope="class")
 def engine(generation_model):
-    with VllmRunner(generation_model, dtype="float32") as runner:
+    with ieee_float32(), VllmRunner(generation_model, dtype="float32") as runner:
         yield runner
 
 
