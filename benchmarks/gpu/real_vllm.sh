@@ -8,18 +8,18 @@
 #                       (e) pooling and generation on GPU 0 alone, compared with part1's runs    ~6-7 min
 #   real_vllm.sh part3  (b) harness run pooling-naive on every GPU, harness compare naive -> shipped ~6 min
 # Each part installs the project from this tree first. Every step runs under `timeout`, cut to what is
-# left of the part's PART_BUDGET_S (default 540 s), so a part ends and packs its files inside the call.
+# left of the part's PART_BUDGET_S (default 510 s), so a part ends and packs its files inside the call.
 # Into $OUT (at most 8 files come back): figures.txt (a line per step and each run's summary.md),
 # PART.log, PART.tar.gz (its run directories) and each suite's report.json as SUITE-gpuDEVICES.json.
-# Run directories stay in /root/runs for the later parts.
+# Run directories stay in /root/runs (RUNS) for the later parts.
 set -uo pipefail
 part=${1:-}
 case $part in part1 | part2 | part3) ;; *) echo "usage: real_vllm.sh part1|part2|part3" >&2 && exit 2 ;; esac
 [ -n "${OUT:-}" ] || { echo "real_vllm.sh: OUT is not set (the device call's output folder)" >&2 && exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-runs=/root/runs
-deadline=$((SECONDS + ${PART_BUDGET_S:-540}))
+runs=${RUNS:-/root/runs}
+deadline=$((SECONDS + ${PART_BUDGET_S:-510}))
 # shellcheck source=/dev/null
 source "$here/env.sh"
 export HARNESS_PLATFORM=cuda
@@ -64,10 +64,10 @@ suite() {
 }
 
 install_project() {
-  step "the project (this tree) into /tmp/harness-site"
-  rm -rf /tmp/harness-site
+  step "the project (this tree) into $PROJECT_SITE"
+  rm -rf "${PROJECT_SITE:?}"
   bounded 120 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
-    --target /tmp/harness-site . || { figure "the project did not install" && exit 1; }
+    --target "$PROJECT_SITE" . || { figure "the project did not install" && exit 1; }
 }
 
 part1() {
@@ -81,6 +81,7 @@ part1() {
   local flag log
   for flag in "" --cuda-first; do
     log=$runs/engine-start/${flag:-fresh}.log
+    log=${log/--/}
     step "(d) one engine start in a plain script ${flag:-fresh}; the suite's starts follow in this call"
     bounded 100 python3 "$here/engine_start.py" ${flag:+"$flag"} > "$log" 2>&1
     figure "engine_start.py ${flag:-fresh}: exit $?: $(grep '^plain script' "$log" || tail -2 "$log")"

