@@ -30,7 +30,8 @@ def engine(model: str, utilization: float):
 def generate(llm) -> list[int]:
     from vllm import SamplingParams
 
-    [output] = llm.generate(["a module-scoped engine"], SamplingParams(max_tokens=4), use_tqdm=False)
+    greedy = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    [output] = llm.generate(["a module-scoped engine"], greedy, use_tqdm=False)
     return list(output.outputs[0].token_ids)
 
 
