@@ -13,9 +13,26 @@ import sys
 
 from harness.errors import HarnessError
 
+MAX_ERROR_CHARS = 500  # an error line quoting a 100 KB value would bury the log: cut it
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as the harness's one line (argparse prints usage on a second)."""
+
+    def error(self, message: str):
+        _print_error(f"{self.prog}: {message}")
+        sys.exit(2)
+
+
+def _print_error(message: str) -> None:
+    line = " ".join(message.split())  # one line, whatever the message held
+    if len(line) > MAX_ERROR_CHARS:
+        line = f"{line[:MAX_ERROR_CHARS]}... ({len(line)} characters, cut)"
+    print(f"harness: error: {line}", file=sys.stderr)
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="harness", description="CI harness for GPU model test suites.")
+    parser = _Parser(prog="harness", description="CI harness for GPU model test suites.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     doctor = sub.add_parser("doctor", help="platform, devices, memory, versions and fitting nox sessions")
@@ -72,12 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first "--" belongs to pytest, so options may stand on either side of the suite.
     pytest_args = argv[argv.index("--") + 1 :] if "--" in argv else []
-    args = _parser().parse_args(argv[: len(argv) - len(pytest_args) - (1 if "--" in argv else 0)])
+    try:
+        args = _parser().parse_args(argv[: len(argv) - len(pytest_args) - (1 if "--" in argv else 0)])
+    except SystemExit as done:  # --help, or the one-line usage error above
+        return done.code or 0
     args.pytest_args = pytest_args
     try:
         return importlib.import_module(args.module).main(args)
     except HarnessError as error:
-        print(f"harness: error: {error}", file=sys.stderr)
+        _print_error(str(error))
         return 2
     except KeyboardInterrupt:
         return 130

@@ -108,6 +108,9 @@ def _split(value: str | None, option: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in value.split(","))
     if not all(names):
         raise HarnessError(f"{option} {value!r} has an empty name")
+    repeated = next((name for name in names if names.count(name) > 1), None)
+    if repeated:
+        raise HarnessError(f"{option} {value!r} names {repeated!r} twice (one CI cell each)")
     return names
 
 
@@ -121,6 +124,8 @@ def _settings(table: dict) -> CiSettings:
     for key in ("platforms", "suites"):
         for name in values.get(key, ()):
             check_name(f"{where} {key[:-1]}", name)
+        if len(set(values.get(key, ()))) < len(values.get(key, ())):
+            expected(f"{where} {key}", "names listed once each", list(values[key]))
     for platform in values.get("platforms", ()):
         if platform not in PLATFORMS:
             expected(f"{where} platforms", f"names from {', '.join(PLATFORMS)}", platform)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from harness.config.pyproject import find_pyproject, read_table
-from harness.config.validate import Amount, Bounds, Count, fields_of, from_text, hints, table
+from harness.config.validate import Amount, Bounds, Count, Positive, fields_of, from_text, hints, table
 from harness.errors import ConfigError
 from harness.platform import PLATFORMS
 
@@ -37,7 +37,8 @@ class Settings:
     release_tolerance_gib: Amount = 0.5
     memory_sample_s: Amount = 5.0
     test_timeout_s: Amount = 900.0
-    phase_timeout_s: Amount | None = None
+    # a hung phase ends with a report; CI sets HARNESS_PHASE_TIMEOUT_S below its step's own timeout
+    phase_timeout_s: Positive | None = 3 * 3600.0
     cpu_workers: Count = 1
     workers_per_gpu: Count = 1
     ledger_dir: str | None = None

@@ -8,6 +8,7 @@ default shape applies: ``shared-engine`` (tests sharing class/module-scoped engi
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
@@ -26,6 +27,10 @@ from harness.config.validate import (
 from harness.errors import ConfigError, HarnessError
 
 Paths = Annotated[tuple[Text, ...], Bounds(1)]
+# a phase name is a directory and a file name in the run directory: no '.', '..', '/', NUL or '+'
+PHASE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+# pytest's -m/-k grammar: or/and/not, parentheses, names (with keyword arguments in -m: name(k=v))
+_TOKEN = re.compile(r"\s*(?:(?P<paren>[()])|(?P<word>[^\s()]+)(?P<call>\([^()]*\))?)")
 
 
 @dataclass(frozen=True)
@@ -74,13 +79,65 @@ def _phase(where: str, given: object, suite_paths: tuple[str, ...] | None) -> Ph
     given = table(where, given)
     known(where, given, PHASE_KINDS)
     name = check(f"{where} name", given.get("name"), PHASE_KINDS["name"])
-    if "/" in name:
-        expected(f"{where} name", "a name without '/'", name)
+    if not PHASE_NAME.fullmatch(name):
+        expected(f"{where} name", "letters, digits, '_', '.', '-' (a letter or digit first, ≤ 100)", name)
     where = f"{where.rsplit(' ', 1)[0]} phase {name!r}"
     values = fields_of(where, {k: v for k, v in given.items() if k != "name"}, PHASE_KINDS)
     if "paths" not in values and suite_paths is None:
         raise ConfigError(f"{where} paths: missing (give it here or in the suite table)")
+    _plain_paths(where, values.get("paths", ()))
+    for key in ("markers", "keywords"):
+        if values.get(key) is not None and not _well_formed(values[key]):
+            expected(f"{where} {key}", "a pytest expression (names, and/or/not, parentheses)", values[key])
     return Phase(**{"paths": suite_paths, **values, "name": name})
+
+
+def _plain_paths(where: str, paths: tuple[str, ...]) -> None:
+    """No path pytest would read as an option (``-x``) or that the OS cannot take (a NUL)."""
+    odd = next((p for p in paths if p.startswith("-") or "\0" in p), None)
+    if odd is not None:
+        expected(f"{where} paths", "paths not starting with '-' and without NUL (write ./-x)", odd)
+
+
+def _well_formed(expression: str) -> bool:
+    """Whether ``expression`` parses in pytest's -m/-k grammar, so a typo fails before the run starts
+    (a worker's usage error is an xdist INTERNALERROR). pytest keeps its parser private; this follows its
+    grammar: ``expr := and ('or' and)*``, ``and := not ('and' not)*``,
+    ``not := 'not' not | '(' expr ')' | name``."""
+    tokens, position = [], 0
+    while position < len(expression.rstrip()):
+        match = _TOKEN.match(expression, position)
+        if not match:
+            return False
+        tokens.append(match["paren"] or match["word"])
+        position = match.end()
+    return _expr(tokens, 0) == len(tokens)
+
+
+def _expr(tokens: list[str], i: int | None) -> int | None:
+    i = _and(tokens, i)
+    while i is not None and i < len(tokens) and tokens[i] == "or":
+        i = _and(tokens, i + 1)
+    return i
+
+
+def _and(tokens: list[str], i: int | None) -> int | None:
+    i = _not(tokens, i)
+    while i is not None and i < len(tokens) and tokens[i] == "and":
+        i = _not(tokens, i + 1)
+    return i
+
+
+def _not(tokens: list[str], i: int | None) -> int | None:
+    """The index after one ``not`` term starting at ``i``; None where none starts."""
+    if i is None or i >= len(tokens):
+        return None
+    if tokens[i] == "not":
+        return _not(tokens, i + 1)
+    if tokens[i] == "(":
+        i = _expr(tokens, i + 1)
+        return i + 1 if i is not None and i < len(tokens) and tokens[i] == ")" else None
+    return i + 1 if tokens[i] not in (")", "and", "or") else None
 
 
 def parse_suite(name: str, given: object) -> Suite:
@@ -88,6 +145,7 @@ def parse_suite(name: str, given: object) -> Suite:
     where = f"[tool.harness.suites.{name}]"
     values = fields_of(where, table(where, given), SUITE_KINDS)
     paths = values.get("paths")
+    _plain_paths(where, paths or ())
     if "phases" not in values:
         if paths is None:
             raise ConfigError(f"{where} paths: missing (needed for the default phases)")

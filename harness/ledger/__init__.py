@@ -1,6 +1,6 @@
 """The crash-safe runner ledger: each process appends its events, a reader merges them into records."""
 
-from harness.ledger.reader import Ledger, read, started
+from harness.ledger.reader import Ledger, ended, events, read, started, unfinished
 from harness.ledger.writer import LedgerWriter
 
-__all__ = ["Ledger", "LedgerWriter", "read", "started"]
+__all__ = ["Ledger", "LedgerWriter", "ended", "events", "read", "started", "unfinished"]

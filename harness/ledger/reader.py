@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from harness.errors import HarnessError
 from harness.ledger.records import Finding, Record, Sample, TestResult, WorkerInfo
+
+MAX_FILE_BYTES = 256 * 2**20  # a ledger file larger than this is not one the harness wrote
+# fields the reader relies on, per event; an event without them (a hand-edited or foreign line) is skipped
+FIELDS = {
+    "runner-start": ("id", "kind", "model"),
+    "test": ("nodeid", "outcome"),
+    "test-start": ("nodeid",),
+    "crash": ("test", "how"),
+    "finding": ("type", "message"),
+}
 
 
 def started(records: list[Record]) -> list[Record]:
@@ -26,40 +39,162 @@ class Ledger:
     tests: list[TestResult] = field(default_factory=list)
     workers: list[WorkerInfo] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
+    collected: dict[str, None] = field(default_factory=dict)  # node ids collected, in order (a set)
 
 
 def events(path: Path) -> Iterator[dict[str, Any]]:
-    """The events of one file; a line that is not JSON (a write torn by a kill) is skipped."""
+    """The events of one file; a line that is not a JSON object with an ``event`` (a write torn by a kill,
+    bytes that are not UTF-8) is skipped. A symlink or an oversized file is refused in one line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return
-    for line in text.splitlines():
+    except OSError as error:
+        raise HarnessError(
+            f"{path}: cannot read ledger file ({error.strerror}; symlinks are refused)"
+        ) from None
+    with open(descriptor, "rb") as file:
+        data = file.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise HarnessError(
+            f"{path}: ledger file larger than {MAX_FILE_BYTES >> 20} MiB, not one the harness wrote"
+        )
+    for line in data.splitlines():
         try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
+            event = json.loads(line, parse_constant=_no_number, parse_float=_finite)
+        except (ValueError, RecursionError):  # torn, not UTF-8, or nested past the parser's depth
             continue
-        if isinstance(event, dict) and "event" in event:
+        if _whole(event):
             yield event
+
+
+def _no_number(name: str) -> None:
+    """NaN and Infinity (``json.dumps`` writes them for a float that is one) are read as null: no
+    comparison holds for them and JSON has no such numbers, so none may reach the report."""
+    return None
+
+
+def _finite(text: str) -> float | None:
+    value = float(text)  # 1e400 reads as inf
+    return value if math.isfinite(value) else None
+
+
+def _whole(event) -> bool:
+    """A JSON object with an ``event`` name, a numeric time and the fields its kind needs, as strings."""
+    if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+        return False
+    if not isinstance(event.get("t"), int | float) or isinstance(event["t"], bool):
+        return False
+    return all(isinstance(event.get(name), str) for name in FIELDS.get(event["event"], ()))
+
+
+def ended(returncode: int | None) -> str:
+    """How a process ended, from its exit status as the shell writes it (128 + n: killed by signal n)."""
+    if returncode is None:
+        return "its process ended"
+    if returncode < 0 or returncode > 128:
+        number = -returncode if returncode < 0 else returncode - 128
+        try:
+            return f"killed by {signal.Signals(number).name}"
+        except ValueError:
+            return f"killed by signal {number}"
+    return f"exited with status {returncode}"
+
+
+def crashed_test(start: dict, crash: dict | None, worker: dict | None) -> dict:
+    """The ``test`` event of a test whose process died under it: an ``error`` saying how it died."""
+    how = crash["how"] if crash else "its process ended"
+    elapsed = (crash["t"] - start["t"]) if crash else None
+    timeout, method = (worker or {}).get("timeout"), (worker or {}).get("timeout_method")
+    hint = ""
+    if crash and timeout and method == "thread" and elapsed is not None and elapsed >= 0.9 * timeout:
+        hint = f" (after {elapsed:.0f} s: pytest-timeout's thread method, timeout {timeout:g} s)"
+    who = start.get("worker") or (worker or {}).get("worker") or "main"
+    return {
+        "event": "test",
+        "t": crash["t"] if crash else start["t"],
+        "nodeid": start["nodeid"],
+        "file": start.get("file"),
+        "outcome": "error",
+        "setup_s": None,
+        "call_s": None,
+        "teardown_s": None,
+        "worker": who,
+        "phase": start.get("phase"),
+        "crash": f"worker {who} {how} while running {start['nodeid']}{hint}",
+    }
+
+
+def _tests_of(file_events: list[dict], crashes: dict[str, dict]) -> list[dict]:
+    """The ``test`` events of one file plus a crashed test for every ``test-start`` left without one."""
+    tests, pending, worker = [], None, None
+
+    def close() -> None:
+        if pending is not None:
+            tests.append(crashed_test(pending, crashes.get(pending["nodeid"]), worker))
+
+    for event in file_events:
+        if event["event"] == "test-start":
+            close()
+            pending = event
+        elif event["event"] == "test":
+            event.setdefault("file", event["nodeid"].partition("::")[0])
+            if pending is not None and event.get("nodeid") == pending["nodeid"]:
+                pending = None
+            tests.append(event)
+        elif event["event"] == "worker":
+            close()
+            pending, worker = None, event
+    close()
+    return tests
+
+
+def _load(directory: str | os.PathLike) -> tuple[dict[Path, list[dict]], dict[str, dict]]:
+    """Every file's events, and the ``crash`` events by the test they name."""
+    per_path = {path: list(events(path)) for path in sorted(Path(directory).rglob("*.jsonl"))}
+    crashes = {e["test"]: e for listed in per_path.values() for e in listed if e["event"] == "crash"}
+    return per_path, crashes
+
+
+def unfinished(directory: str | os.PathLike) -> list[str]:
+    """Tests a process started and never finished, that no ``crash`` event explains yet."""
+    per_path, crashes = _load(directory)
+    return [
+        test["nodeid"]
+        for listed in per_path.values()
+        for test in _tests_of(listed, {})
+        if test.get("crash") and test["nodeid"] not in crashes
+    ]
 
 
 def read(directory: str | os.PathLike) -> Ledger:
     """Merge every ``*.jsonl`` below ``directory`` into records, findings, tests, workers and samples."""
     ledger = Ledger()
-    for path in sorted(Path(directory).rglob("*.jsonl")):
-        _merge(path, ledger)
+    per_path, crashes = _load(directory)
+    for listed in per_path.values():
+        ledger.tests += [cast(TestResult, _without_kind(t)) for t in _tests_of(listed, crashes)]
+        _merge(listed, ledger)
+    ledger.findings += [
+        {"type": "crash", "t": t["t"], "test": t["nodeid"], "phase": t.get("phase"), "message": t["crash"]}
+        for t in ledger.tests
+        if t.get("crash")
+    ]
     ledger.findings += [_never_stopped(r) for r in ledger.records if r["outcome"] == "never-stopped"]
     return ledger
 
 
-# The events that are kept as they are, and where each goes.
-_AS_IS = {"finding": "findings", "test": "tests", "worker": "workers", "memory": "samples"}
+def _without_kind(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in event.items() if k != "event"}
 
 
-def _merge(path: Path, ledger: Ledger) -> None:
+# The events that are kept as they are, and where each goes (``test`` events go through ``_tests_of``).
+_AS_IS = {"finding": "findings", "worker": "workers", "memory": "samples"}
+
+
+def _merge(file_events: list[dict[str, Any]], ledger: Ledger) -> None:
     """One worker file's events into ``ledger``; ids are per file (phases reuse worker names)."""
     by_id: dict[str, Record] = {}
-    for event in events(path):
+    for event in map(dict, file_events):
         kind = event.pop("event")
         if kind == "runner-start":
             by_id[event["id"]] = _record(event)
@@ -68,6 +203,8 @@ def _merge(path: Path, ledger: Ledger) -> None:
             by_id[event["id"]].update(_ENDS[kind](event))  # type: ignore[typeddict-item]
         elif kind in _AS_IS:
             getattr(ledger, _AS_IS[kind]).append(event)
+        elif kind == "collected" and isinstance(event.get("tests"), list):
+            ledger.collected.update(dict.fromkeys(t for t in event["tests"] if isinstance(t, str)))
 
 
 def _record(start: dict[str, Any]) -> Record:

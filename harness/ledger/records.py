@@ -4,7 +4,7 @@ memory belongs to, and how long that lets it live), and the shapes the reader me
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Required, TypedDict
+from typing import Any, NotRequired, Required, TypedDict
 
 
 @dataclass(frozen=True)
@@ -71,13 +71,14 @@ class Record(TypedDict):
 class Finding(TypedDict, total=False):
     """Something a run should not have done; ``runner``, ``test`` and ``phase`` where they apply."""
 
-    type: Required[str]  # live-runner-overlap, memory-not-released, never-stopped, timeout, worker-crash, ...
+    type: Required[str]  # live-runner-overlap, memory-not-released, never-stopped, timeout, crash, ...
     message: Required[str]
     t: float
     runner: str
     test: str | None
     phase: str | None
     worker: str
+    tests: list[str]  # unaccounted: the collected tests without a result
 
 
 class TestResult(TypedDict):
@@ -93,6 +94,7 @@ class TestResult(TypedDict):
     worker: str
     device: str | None
     phase: str | None
+    crash: NotRequired[str]  # how its process died under it: "worker gw0 killed by SIGKILL while running ..."
 
 
 class WorkerInfo(TypedDict):
@@ -104,6 +106,8 @@ class WorkerInfo(TypedDict):
     mask: str | None
     pid: int
     phase: str | None
+    timeout: NotRequired[float | None]  # pytest-timeout's, to tell its thread method's kill apart
+    timeout_method: NotRequired[str]
 
 
 class Sample(TypedDict):

@@ -27,7 +27,9 @@ class LedgerWriter:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / f"{self.worker}.jsonl"
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+        # never through a symlink: the ledger would land (and be counted) outside its run directory
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+        self._file = open(os.open(self.path, flags, 0o644), "a", encoding="utf-8")  # noqa: SIM115
         if self._file.tell() and not self.path.read_bytes().endswith(b"\n"):
             self._file.write("\n")  # a predecessor killed mid-line: keep our first event off its torn line
         self._lock = threading.Lock()  # the memory sampler writes from its own thread

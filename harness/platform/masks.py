@@ -47,7 +47,7 @@ def visible(variable: str, value: str | None, uuids: Sequence[str]) -> list[int]
 
 def _position(variable: str, value: str, entry: str, uuids: Sequence[str]) -> int | None:
     """One entry → its position in ``uuids``; None for a negative index, which ends the list."""
-    if entry.lstrip("-").isdigit():
+    if entry.isascii() and entry.lstrip("-").isdigit():  # "０" is a digit to Python, not to CUDA
         index = int(entry)
         if index < 0:
             return None

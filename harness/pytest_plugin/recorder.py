@@ -7,6 +7,7 @@ writes nothing and reads the whole directory for the summary, so a worker that w
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -16,6 +17,7 @@ import pytest
 
 from harness import ledger
 from harness.ledger.records import Record
+from harness.pytest_plugin import crashes
 from harness.pytest_plugin.workers import is_controller, process_context, worker_event, worker_id
 from harness.runners import HfRunner, VllmRunner
 from harness.tracking import patches, starts
@@ -25,6 +27,7 @@ _DIR = pytest.StashKey[Path]()
 _STARTED = pytest.StashKey[float]()
 _DEVICE = pytest.StashKey[str | None]()
 _SAMPLER = pytest.StashKey[MemorySampler]()
+_TEMPORARY = pytest.StashKey[bool]()  # this process made the ledger directory: it removes it at the end
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,9 +55,9 @@ def pytest_configure(config: pytest.Config) -> None:
         workerinput.get("harness_ledger_dir")
         or config.getoption("harness_ledger_dir")
         or settings.ledger_dir  # [tool.harness] ledger_dir, or HARNESS_LEDGER_DIR
-        or tempfile.mkdtemp(prefix="harness-ledger-")
     )
-    config.stash[_DIR] = Path(directory).resolve()
+    config.stash[_TEMPORARY] = directory is None
+    config.stash[_DIR] = Path(directory or tempfile.mkdtemp(prefix="harness-ledger-")).resolve()
     config.stash[_STARTED] = time.time()
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_Controller(config.stash[_DIR]), "harness-xdist")
@@ -67,7 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
     if settings.memory_sample_s > 0:
         config.stash[_SAMPLER] = MemorySampler(writer, platform, settings.memory_sample_s).start()
-    writer.write("worker", **worker_event(config))
+    writer.write("worker", **worker_event(config), **crashes.timeout_settings(config))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -75,27 +78,52 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.stash[_SAMPLER].stop()
     if _DIR in config.stash:
         process_context(config).writer = None
+    if config.stash.get(_TEMPORARY, False):  # its summary is printed; nothing else reads it
+        shutil.rmtree(config.stash[_DIR], ignore_errors=True)
 
 
 class _Controller:
-    """Hands the controller's ledger directory to every xdist worker, and records workers that crash.
+    """Hands the controller's ledger directory to every xdist worker, lists what was collected, and
+    records workers that crash.
 
-    A crashed worker (SIGKILL, pytest-timeout's thread method ending it with ``os._exit``) cannot say so
-    itself; the controller writes the finding into its own ``controller.jsonl``.
+    A crashed worker (SIGKILL, ``os._exit``, pytest-timeout's thread method) cannot say so itself; the
+    controller writes a ``crash`` event naming the test and how the worker ended into ``controller.jsonl``,
+    and its scheduler drops that test from its work unit, so the replacement worker does not run it again.
     """
 
     def __init__(self, directory: Path):
         self.directory = directory
         self.writer: ledger.LedgerWriter | None = None
+        self.listed = False
+
+    def _write(self, event: str, **fields) -> None:
+        self.writer = self.writer or ledger.LedgerWriter(self.directory, worker="controller")
+        self.writer.write(event, **fields)
 
     def pytest_configure_node(self, node) -> None:
         node.workerinput["harness_ledger_dir"] = str(self.directory)
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        if not self.listed:  # every worker collects the same ids (xdist checks); one list is enough
+            self.listed = True
+            self._write("collected", sync=False, tests=list(ids))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
+        return crashes.scheduler(config, log)
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report, sched) -> None:
-        self.writer = self.writer or ledger.LedgerWriter(self.directory, worker="controller")
-        message = (str(report.longrepr).strip().splitlines() or [f"a worker crashed running {crashitem}"])[0]
-        self.writer.write("finding", type="worker-crash", test=crashitem, message=message)
+        worker = report.node.gateway.id
+        how = ledger.ended(crashes.returncode(_last_pid(self.directory / f"{worker}.jsonl")))
+        self._write("crash", test=crashitem, worker=worker, how=how)
+
+
+def _last_pid(path: Path) -> int | None:
+    """The pid of the last process that wrote ``path`` (its ``worker`` event)."""
+    pids = [e.get("pid") for e in ledger.events(path) if e["event"] == "worker"]
+    return pids[-1] if pids and isinstance(pids[-1], int) else None
 
 
 class _Recorder:
@@ -109,9 +137,22 @@ class _Recorder:
         self.config, self.writer = config, writer
         self.reports: dict[str, pytest.TestReport] = {}
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not hasattr(self.config, "workerinput"):  # under xdist the controller lists them once
+            self.writer.write("collected", sync=False, tests=[item.nodeid for item in session.items])
+
     def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
         process_context(self.config).owner.enter_test(nodeid, location[0])
         self.reports = {}
+        # a test-start without its test event marks the test the process died in
+        self.writer.write(
+            "test-start",
+            sync=False,
+            nodeid=nodeid,
+            file=location[0],
+            worker=self.writer.worker,
+            phase=os.environ.get("HARNESS_PHASE"),
+        )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reports[report.when] = report
@@ -216,9 +257,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     terminalreporter.write_sep("=", "harness: runner starts")
     blocked = sum(r["outcome"] == "blocked" for r in records)
     failed = sum(r["outcome"] == "failed" for r in records)
+    kept = "temporary, removed at exit" if config.stash[_TEMPORARY] else config.stash[_DIR]
     write(
         f"{len(started)} runner starts ({_by_kind(started)}), {blocked} blocked, {failed} failed; "
-        f"ledger: {config.stash[_DIR]}"
+        f"ledger: {kept}"
     )
     per_file: dict[str, list[Record]] = defaultdict(list)
     for record in started:

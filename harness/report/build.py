@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -35,7 +36,8 @@ def build(run_dir: Path, env: Mapping[str, str]) -> Report:
     """The report dict of a run directory, read from ``phases.json`` and the per-phase ledgers."""
     meta = _phases_file(run_dir)
     names = _phase_names(run_dir, meta)
-    ledger = _ledgers(run_dir / "ledger", names)
+    ledger, collected = _ledgers(run_dir / "ledger", names)
+    phases = _phases(meta, names, ledger.tests, collected)
     return {
         "version": VERSION,
         "generated": time.time(),
@@ -46,10 +48,10 @@ def build(run_dir: Path, env: Mapping[str, str]) -> Report:
         "devices": devices(meta.get("platform"), ledger.records, ledger.workers, env),
         "versions": versions(Path.cwd()),
         "environment": environment(env),
-        "phases": _phases(meta, names, ledger.tests),
+        "phases": phases,
         "tests": ledger.tests,
         "records": ledger.records,
-        "findings": ledger.findings + _timeouts(meta),
+        "findings": ledger.findings + _timeouts(meta) + _unaccounted(phases, collected, ledger.tests),
         "workers": ledger.workers,
         "samples": sorted(ledger.samples, key=lambda sample: sample["t"]),
         "starts": starts(ledger.records),
@@ -66,7 +68,24 @@ def _phases_file(run_dir: Path) -> PhasesFile:
     data = json_object(path, "phases file")
     if not isinstance(data.get("phases"), list):
         raise ReportError(f"{path}: field 'phases' is missing or not a list")
+    for phase in data["phases"]:
+        if not isinstance(phase, dict) or not all(_typed(phase.get(k), t) for k, t in PHASE_FIELDS.items()):
+            raise ReportError(f"{path}: a phase entry is not one harness run writes: {str(phase)[:200]}")
     return cast(PhasesFile, data)
+
+
+# phases.json fields the report reads, and their types (None: may be missing or null)
+PHASE_FIELDS = {"name": str, "started": float, "wall_s": float, "exit_code": int, "timed_out": bool}
+
+
+def _typed(value, kind) -> bool:
+    if kind is str:
+        return isinstance(value, str) and bool(value)
+    if value is None:
+        return True
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return type(value) is kind
 
 
 def _phase_names(run_dir: Path, meta: PhasesFile) -> list[str]:
@@ -80,14 +99,15 @@ def _phase_names(run_dir: Path, meta: PhasesFile) -> list[str]:
     return names
 
 
-def _ledgers(ledger_root: Path, names: list[str]) -> Ledger:
-    """Every phase's ledger merged into one; a plain pytest run has no HARNESS_PHASE, so the directory
-    names the phase then."""
-    merged = Ledger()
+def _ledgers(ledger_root: Path, names: list[str]) -> tuple[Ledger, dict[str, dict[str, None]]]:
+    """Every phase's ledger merged into one, and each phase's collected tests; a plain pytest run has no
+    HARNESS_PHASE, so the directory names the phase then. A symlinked phase directory is not read."""
+    merged, collected = Ledger(), {}
     for name in names:
-        if not (ledger_root / name).is_dir():
+        if not (ledger_root / name).is_dir() or (ledger_root / name).is_symlink():
             continue
         ledger = read_ledger(ledger_root / name)
+        collected[name] = ledger.collected
         stamped = cast(list[dict], [*ledger.records, *ledger.tests, *ledger.workers, *ledger.findings])
         for item in stamped:
             if item.get("phase") is None:
@@ -97,7 +117,7 @@ def _ledgers(ledger_root: Path, names: list[str]) -> Ledger:
         merged.tests += ledger.tests
         merged.workers += ledger.workers
         merged.samples += ledger.samples
-    return merged
+    return merged, collected
 
 
 def _timeouts(meta: PhasesFile) -> list[Finding]:
@@ -115,8 +135,11 @@ def _timeouts(meta: PhasesFile) -> list[Finding]:
     ]
 
 
-def _phases(meta: PhasesFile, names: list[str], tests: list[TestResult]) -> list[Phase]:
-    """Every phase with its test outcomes; one known only from its ledger has no timings."""
+def _phases(
+    meta: PhasesFile, names: list[str], tests: list[TestResult], collected: dict[str, dict[str, None]]
+) -> list[Phase]:
+    """Every phase with its test outcomes and its collected and reported test counts; one known only from
+    its ledger has no timings."""
     by_phase = {phase["name"]: phase for phase in meta["phases"]}
     phases: list[Phase] = []
     for name in names:
@@ -124,8 +147,37 @@ def _phases(meta: PhasesFile, names: list[str], tests: list[TestResult]) -> list
             **by_phase.get(name, {"name": name, "started": None, "wall_s": None, "exit_code": None})
         }
         phase["outcomes"] = dict(Counter(t["outcome"] for t in tests if t["phase"] == name))
+        phase["collected"] = len(collected.get(name, {}))
+        phase["reported"] = len({t["nodeid"] for t in tests if t["phase"] == name})
         phases.append(phase)
     return phases
+
+
+def _unaccounted(
+    phases: list[Phase], collected: dict[str, dict[str, None]], tests: list[TestResult]
+) -> list[Finding]:
+    """A finding per phase naming its collected tests without a result (a phase stopped at its timeout
+    or by a signal, a crash nothing resumed after)."""
+    findings: list[Finding] = []
+    for phase in phases:
+        reported = {t["nodeid"] for t in tests if t["phase"] == phase["name"]}
+        missing = [test for test in collected.get(phase["name"], {}) if test not in reported]
+        if not missing:
+            continue
+        why = "it timed out" if phase.get("timed_out") else "its pytest ended early"
+        why = f"it was stopped ({phase['stopped']})" if phase.get("stopped") else why
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        findings.append(
+            {
+                "type": "unaccounted",
+                "t": (phase.get("started") or 0.0) + (phase.get("wall_s") or 0.0),
+                "phase": phase["name"],
+                "tests": missing,
+                "message": f"phase {phase['name']}: {len(missing)} of {phase['collected']} collected tests "
+                f"have no result, as {why}: {shown}",
+            }
+        )
+    return findings
 
 
 def starts(records: Iterable[Record]) -> Starts:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ class Gate:
     def parse(cls, spec: str) -> Gate:
         if spec.strip() == "starts":
             return cls("starts")
-        match = re.fullmatch(r"\s*wall(?::\s*(\d+(?:\.\d+)?)\s*%)?\s*", spec)
+        match = re.fullmatch(r"\s*wall(?::\s*([0-9]+(?:\.[0-9]+)?)\s*%)?\s*", spec, re.ASCII)
         if not match:
             raise HarnessError(f"--fail-on-regression {spec!r}: expected 'starts', 'wall' or 'wall:N%'")
         return cls("wall", float(match[1] or 0.0))
@@ -51,8 +52,8 @@ class Gate:
             after = suite["vllm_starts"][1] + suite["hf_starts"][1]
             return f"runner starts rose: {change(before, after)}" if after > before else None
         before, after = suite["wall_s"]
-        if before is None or after is None:
-            raise HarnessError("--fail-on-regression wall: a report has no phase wall times")
+        if before is None or after is None or not math.isfinite(before + after):
+            raise HarnessError("--fail-on-regression wall: a report has no (finite) phase wall times")
         if after > before * (1 + self.percent / 100):
             return f"wall time rose more than {self.percent:g}%: {change(before, after, seconds=True)}"
         return None

@@ -29,8 +29,14 @@ ENV_NAMES = frozenset(
     }
 )
 ENV_PREFIXES = ("HARNESS_",)
-# Even an allow-listed prefix never carries something that looks like a credential.
-SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|AUTH", re.IGNORECASE)
+# A variable named like a credential: its value is shown as REDACTED, and redacted wherever it appears.
+SECRET = re.compile(
+    r"TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL|AUTH|API_?KEY|PRIVATE|(^|_)(PAT|KEY|PWD)(_|$)", re.IGNORECASE
+)
+# user:password@ (or token@) in a URL: https://user:token@host/simple
+URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+REDACTED = "[redacted]"
+SHORTEST_SECRET = 8  # shorter values (on, true, a tag name) would redact ordinary text and markup
 
 
 def versions(tree: Path) -> dict:
@@ -49,9 +55,29 @@ def versions(tree: Path) -> dict:
 
 
 def environment(env: Mapping[str, str]) -> dict:
-    """The allow-listed variables only; never the whole environment."""
+    """The allow-listed variables only, never the whole environment; credentials redacted."""
     return {
-        name: env[name]
+        name: REDACTED if SECRET.search(name) else redact(env[name], env)
         for name in sorted(env)
-        if (name in ENV_NAMES or name.startswith(ENV_PREFIXES)) and not SECRET.search(name)
+        if name in ENV_NAMES or name.startswith(ENV_PREFIXES)
     }
+
+
+def redact(text: str, env: Mapping[str, str]) -> str:
+    """``text`` without URL credentials and without the value of any variable named like a secret."""
+    text = URL_CREDENTIALS.sub(lambda match: match["scheme"] + REDACTED + "@", text)
+    for name, value in env.items():
+        if SECRET.search(name) and len(value) >= SHORTEST_SECRET and value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def redact_all(value, env: Mapping[str, str]):
+    """Every string in a JSON-like value (keys too) through ``redact``."""
+    if isinstance(value, str):
+        return redact(value, env)
+    if isinstance(value, dict):
+        return {redact_all(key, env): redact_all(item, env) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_all(item, env) for item in value]
+    return value

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.report import html, junit, summary, timeline
 from harness.report.build import build
+from harness.report.environment import redact, redact_all
 from harness.report.publish import publish as publish_summary
 from harness.report.schema import Report
 from harness.report.store import write_atomic
@@ -27,14 +28,21 @@ def finalize(run_dir: Path, env: Mapping[str, str] | None = None, publish: bool 
     """
     env = os.environ if env is None else env
     run_dir = Path(run_dir)
-    report = build(run_dir, env)
+    report = redact_all(build(run_dir, env), env)
     text = summary.render(report)
     svg = timeline.svg(report)
-    write_atomic(run_dir / "report.json", json.dumps(report, indent=1, sort_keys=False) + "\n")
-    write_atomic(run_dir / "junit.xml", junit.merge(run_dir / "junit", report["records"]))
-    write_atomic(run_dir / "summary.md", text)
-    write_atomic(run_dir / "timeline.svg", svg)
-    write_atomic(run_dir / "report.html", html.page(report, svg, text))
+    files = {
+        # allow_nan=False: NaN is not JSON; the build never lets one through, this keeps it so
+        "report.json": json.dumps(report, indent=1, sort_keys=False, allow_nan=False) + "\n",
+        "junit.xml": junit.merge(run_dir / "junit", report["records"], report["tests"]),
+        "summary.md": text,
+        "timeline.svg": svg,
+        "report.html": html.page(report, svg, text),
+    }
+    for stale in run_dir.glob(".*.tmp"):  # a write of an earlier run killed before its rename
+        stale.unlink(missing_ok=True)
+    for name, content in files.items():  # test output in pytest's JUnit may carry a token too
+        write_atomic(run_dir / name, content if name == "report.json" else redact(content, env))
     if publish:
         publish_summary(text, report, env)
     return report

@@ -14,7 +14,8 @@ def page(report: Report, svg_text: str, summary_md: str) -> str:
     title = markup.escape(
         f"harness: {report.get('suite') or 'run'} on {report['platform'].get('name') or '?'}"
     )
-    body = MarkdownIt("commonmark").enable("table").render(summary_md)
+    # html=False: markup in a test id or model name is shown as text, never run as the page's own
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(summary_md)
     return (
         "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
         f"<title>{title}</title><style>body{{font-family:sans-serif;margin:1.5em}}"

@@ -13,13 +13,14 @@ from pathlib import Path
 
 from _pytest.junitxml import mangle_test_address
 
-from harness.report.schema import Record
+from harness.report.schema import Record, TestResult
 
 START_PROPERTY = "harness.runner-start"
 
 
-def merge(junit_dir: Path, records: Iterable[Record]) -> str:
-    """The merged JUnit XML text of every ``<phase>.xml`` in ``junit_dir``."""
+def merge(junit_dir: Path, records: Iterable[Record], tests: Iterable[TestResult] = ()) -> str:
+    """The merged JUnit XML text of every ``<phase>.xml`` (and a resumed phase's ``<phase>+N.xml``) in
+    ``junit_dir``; a test pytest could not write (its process died) is added from the ledger."""
     by_case: dict[tuple[str | None, str, str], list[Record]] = {}
     for record in records:
         if test := record.get("test"):
@@ -27,7 +28,7 @@ def merge(junit_dir: Path, records: Iterable[Record]) -> str:
 
     root = ET.Element("testsuites", name="harness")
     for path in sorted(Path(junit_dir).glob("*.xml")) if Path(junit_dir).is_dir() else []:
-        phase = path.stem
+        phase = path.stem.partition("+")[0]
         for suite in _suites(path):
             suite.set("name", phase)
             for case in suite.iter("testcase"):
@@ -35,6 +36,7 @@ def merge(junit_dir: Path, records: Iterable[Record]) -> str:
                 if key in by_case:
                     _add_properties(case, by_case[key])
             root.append(suite)
+    _add_missing(root, list(tests))
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -67,6 +69,33 @@ def _suites(path: Path) -> list[ET.Element]:
         ET.SubElement(properties, "property", name="harness.error", value=f"{path.name} unreadable: {error}")
         return [broken]
     return [top] if top.tag == "testsuite" else list(top.iter("testsuite"))
+
+
+def _add_missing(root: ET.Element, tests: list[TestResult]) -> None:
+    """Ledger tests absent from pytest's files (its process died before writing one: a crash in a
+    serial phase), each in a ``<testsuite>`` of its phase; a crashed one as an error saying how."""
+    written = {
+        (suite.get("name"), case.get("classname", ""), case.get("name", ""))
+        for suite in root.iter("testsuite")
+        for case in suite.iter("testcase")
+    }
+    for test in tests:
+        classname, name = case_key(test["nodeid"])
+        if (test["phase"], classname, name) in written:
+            continue
+        suite = next((s for s in root.iter("testsuite") if s.get("name") == test["phase"]), None)
+        if suite is None:
+            suite = ET.SubElement(root, "testsuite", name=test["phase"])
+        seconds = sum(test.get(k) or 0.0 for k in ("setup_s", "call_s", "teardown_s"))
+        case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{seconds:.3f}")
+        tag = {"failed": "failure", "error": "error", "skipped": "skipped"}.get(test["outcome"])
+        counter = {"failure": "failures", "error": "errors", "skipped": "skipped"}.get(tag or "")
+        if tag:
+            message = test.get("crash") or f"{test['outcome']} (from the harness ledger)"
+            ET.SubElement(case, tag, message=message).text = message
+        for count in ("tests", counter):
+            if count:
+                suite.set(count, str(int(suite.get(count) or 0) + 1))
 
 
 def _add_properties(case: ET.Element, records: list[Record]) -> None:

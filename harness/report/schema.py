@@ -53,7 +53,11 @@ class Phase(TypedDict, total=False):
     exit_code: int | None
     args: list[str]
     timed_out: bool
+    stopped: str | None  # the signal that stopped harness run (SIGTERM...), else null
+    attempts: int  # pytest runs of the phase: more than 1 when resumed after a crash
     outcomes: dict[str, int]  # the report's addition: outcome -> count
+    collected: int  # the report's addition: tests pytest collected, and those with a result
+    reported: int
 
 
 class PhasesFile(TypedDict, total=False):

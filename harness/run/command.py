@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import signal
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +22,21 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.config.pyproject import find_pyproject, read_table
-from harness.config.settings import load_settings
+from harness.config.settings import Settings, load_settings
 from harness.config.suites import load_suite
 from harness.errors import HarnessError
 from harness.platform import detect
+from harness.report.environment import redact_all
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS, worst
 from harness.report.store import write_atomic
-from harness.run.process import run_phase
+from harness.run import directory
+from harness.run.process import Stopped, ignore_stop_signals, stop_signals
+from harness.run.resume import run_resuming
 from harness.run.shards import durations_from, parse_shard, shard_paths
+
+# set by harness run for each phase: a user's value would send results where the report does not look
+RESERVED = ("--harness-ledger-dir", "--junitxml", "--junit-xml", "--junitprefix", "--no-harness")
 
 
 def main(args) -> int:
@@ -50,10 +57,41 @@ def main(args) -> int:
     history = args.durations_from or (env.get("HARNESS_DURATIONS_FROM") if shard else None)
     durations = durations_from(history) if history else None
     selected = shard_paths(suite, shard, durations) if shard else {}
-    extra = list(args.pytest_args or [])
+    extra = _pytest_args(args.pytest_args or [])
 
     out = Path(args.out or f"harness-out/{suite.name}-{platform}")
-    _fresh(out)
+    with directory.locked(out), stop_signals():
+        try:
+            directory.clear(out)
+            return _run(out, suite, settings, detection, shard, selected, extra, env, args.fail_fast)
+        except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
+            return 128 + stopped.signum
+
+
+def _pytest_args(extra: list[str]) -> list[str]:
+    """The user's pytest arguments; those the harness sets per phase would hide the phase's results."""
+    for arg in extra:
+        if arg.startswith(RESERVED):
+            raise HarnessError(f"pytest argument {arg!r}: harness run sets it for each phase; leave it out")
+    return list(extra)
+
+
+@dataclass
+class _Run:
+    """What every phase of one ``harness run`` shares."""
+
+    out: Path
+    meta: dict
+    selected: dict
+    extra: list[str]
+    env: dict
+    settings: Settings
+    console: Console
+
+
+def _run(out: Path, suite, settings, detection, shard, selected, extra, env, fail_fast) -> int:
+    """The phases in order, then the report; a SIGTERM/SIGHUP/SIGINT stops them and still reports."""
+    platform = detection.platform.name
     meta: dict[str, Any] = {
         "suite": suite.name,
         "platform": platform,
@@ -63,57 +101,55 @@ def main(args) -> int:
         "phases": [],
     }
     _write(out, meta)
-    console = Console()
-    console.print(f"[bold]harness run {suite.name}[/] on {platform} ({detection.reason}) → {out}")
+    run = _Run(out, meta, selected, extra, env, settings, Console())
+    run.console.print(f"[bold]harness run {suite.name}[/] on {platform} ({detection.reason}) → {out}")
     env["HARNESS_PLATFORM"] = platform  # every phase's pytest agrees with this run's platform
-    for number, phase in enumerate(suite.phases, 1):
-        console.rule(f"phase {number}/{len(suite.phases)}: {phase.name}")
-        paths = selected.get(phase.name) if shard else None
-        args_ = phase.selection(paths) + [
-            f"--junitxml={out / 'junit' / f'{phase.name}.xml'}",
-            f"--harness-ledger-dir={out / 'ledger' / phase.name}",
-            *extra,
-        ]
-        started = time.time()
-        if shard and not paths:
-            console.print(f"shard {meta['shard']} has no files for phase {phase.name}")
-            code, timed_out, args_ = NO_TESTS, False, []
-        else:
-            timeout = phase.timeout_s if phase.timeout_s is not None else settings.phase_timeout_s
-            code, timed_out = run_phase(
-                [sys.executable, "-m", "pytest", *args_], {**env, "HARNESS_PHASE": phase.name}, timeout
-            )
-        wall = time.time() - started
-        meta["phases"].append(
-            {
-                "name": phase.name,
-                "started": started,
-                "wall_s": round(wall, 3),
-                "exit_code": code,
-                "args": args_,
-                "timed_out": timed_out,
-            }
-        )
-        _write(out, meta)
-        status = "timed out" if timed_out else ("ok" if worst([code]) == 0 else "failed")
-        console.print(f"phase {phase.name}: {status} (exit {code}) in {wall:.1f} s")
-        if args.fail_fast and worst([code]):
-            console.print(f"--fail-fast: stopping after phase {phase.name}")
-            break
+    stopped = None
+    try:
+        for number, phase in enumerate(suite.phases, 1):
+            run.console.rule(f"phase {number}/{len(suite.phases)}: {phase.name}")
+            entry = _phase(run, phase)
+            stopped = entry.get("stopped")
+            if stopped or (fail_fast and worst([entry["exit_code"]])):
+                run.console.print(f"{stopped or '--fail-fast'}: stopping after phase {phase.name}")
+                break
+    except Stopped as signal_:  # between phases: nothing of ours runs
+        stopped = str(signal_)
     result = worst([p["exit_code"] for p in meta["phases"]])
-    _finish(out, meta, console, env)
-    return result
+    with ignore_stop_signals():  # the report is what a cancelled job leaves; let it be written whole
+        _finish(out, meta, run.console, env)
+    return 128 + signal.Signals[stopped].value if stopped else result
 
 
-def _fresh(out: Path) -> None:
-    """A run directory holds one run: earlier ledgers and JUnit files would merge into this report."""
-    for name in ("ledger", "junit"):
-        shutil.rmtree(out / name, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+def _phase(run: _Run, phase) -> dict:
+    """Run one phase (resumed after crashes) and add its entry to ``phases.json``."""
+    shard = run.meta["shard"]
+    paths = run.selected.get(phase.name) if shard else None
+    started = time.time()
+    if shard and not paths:
+        run.console.print(f"shard {shard} has no files for phase {phase.name}")
+        result = {"exit_code": NO_TESTS, "timed_out": False, "stopped": None, "attempts": 0}
+        args_ = []
+    else:
+        timeout = phase.timeout_s if phase.timeout_s is not None else run.settings.phase_timeout_s
+
+        def select(resume: tuple[str, ...] | None) -> list[str]:
+            return phase.selection(resume or paths) + run.extra
+
+        args_ = select(None)
+        env = {**run.env, "HARNESS_PHASE": phase.name}
+        result = run_resuming(select, [sys.executable, "-m", "pytest"], env, timeout, run.out, phase.name)
+    wall = time.time() - started
+    entry = {"name": phase.name, "started": started, "wall_s": round(wall, 3), "args": args_, **result}
+    run.meta["phases"].append(entry)
+    _write(run.out, run.meta)
+    status = "timed out" if result["timed_out"] else ("ok" if worst([result["exit_code"]]) == 0 else "failed")
+    run.console.print(f"phase {phase.name}: {status} (exit {result['exit_code']}) in {wall:.1f} s")
+    return entry
 
 
 def _write(out: Path, meta: dict) -> None:
-    write_atomic(out / "phases.json", json.dumps(meta, indent=1) + "\n")
+    write_atomic(out / "phases.json", json.dumps(redact_all(meta, os.environ), indent=1) + "\n")
 
 
 def _finish(out: Path, meta: dict, console, env: dict) -> None:
@@ -135,5 +171,13 @@ def _finish(out: Path, meta: dict, console, env: dict) -> None:
     # the run's closing line, in the form CI log readers take for a test runner's
     print(
         f"harness: {outcomes['passed']} passed, {outcomes['failed'] + outcomes['error']} failed, "
-        f"{outcomes['skipped']} skipped"
+        f"{outcomes['skipped']} skipped" + _cut_short(report)
     )
+
+
+def _cut_short(report: dict) -> str:
+    """The closing line's tail: tests whose process died under them, and collected tests with no result."""
+    crashed = [t["crash"] for t in report["tests"] if t.get("crash")]
+    missing = sum(len(f["tests"]) for f in report["findings"] if f["type"] == "unaccounted")
+    tail = f"; {len(crashed)} crashed ({'; '.join(crashed[:3])}{'; ...' if len(crashed) > 3 else ''})"
+    return (tail if crashed else "") + (f"; {missing} collected without a result" if missing else "")

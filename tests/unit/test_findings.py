@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from harness import ledger
 from harness.report.finalize import finalize
 from tests.fakes import gpu
@@ -31,20 +33,37 @@ def test_after():
     assert finding["message"] == "Failed: Timeout (>1.0s) from pytest-timeout."
 
 
-def test_a_worker_that_dies_mid_test_is_a_worker_crash_finding(pytester, monkeypatch, fake_gpus):
+@pytest.mark.parametrize("dist", ["loadscope", "loadfile"])
+def test_a_worker_that_dies_mid_test_is_an_error_run_once_and_the_file_goes_on(
+    pytester, monkeypatch, fake_gpus, dist
+):
     fake_gpus([gpu(0, total=80 * GIB, used=GIB), gpu(1, total=80 * GIB, used=GIB)])
     suite = """
-import os
+import os, pathlib
+
+def test_before():
+    pass
 
 def test_dies():
-    os._exit(1)  # what pytest-timeout's thread method does to a hung worker
+    with open(pathlib.Path(__file__).parent / "runs.txt", "a") as runs:
+        runs.write("x")
+    os._exit(7)  # what pytest-timeout's thread method does to a hung worker (with status 1)
+
+def test_after():
+    pass
 """
-    result, run_dir = run_suite(pytester, monkeypatch, {"test_crash": suite}, "-n", "2")
-    result.assert_outcomes(failed=1)
-    (finding,) = [f for f in ledger.read(run_dir / "ledger").findings if f["type"] == "worker-crash"]
+    result, run_dir = run_suite(pytester, monkeypatch, {"test_crash": suite}, "-n", "2", "--dist", dist)
+    result.assert_outcomes(passed=2, failed=1)
+    assert (pytester.path / "runs.txt").read_text() == "x"  # not re-run on the replacement worker
+    merged = ledger.read(run_dir / "ledger")
+    (finding,) = [f for f in merged.findings if f["type"] == "crash"]
     assert finding["test"] == "test_crash.py::test_dies"
-    assert finding["message"].startswith("worker 'gw") and "crashed while running" in finding["message"]
-    assert (run_dir / "ledger" / "default" / "controller.jsonl").exists()
+    assert finding["message"].startswith("worker gw") and finding["message"].endswith(
+        "exited with status 7 while running test_crash.py::test_dies"
+    )
+    outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in merged.tests}
+    assert outcomes == {"test_before": "passed", "test_dies": "error", "test_after": "passed"}
+    assert set(merged.collected) == {f"test_crash.py::{name}" for name in outcomes}
 
 
 def test_a_phase_past_its_timeout_is_a_finding_in_the_report(pytester, monkeypatch, fake_gpus):

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness import ledger
+from harness.errors import HarnessError
 
 pytest_plugins = ["pytester"]
 
@@ -100,3 +103,53 @@ def test_a_restarted_worker_does_not_glue_its_first_event_onto_a_torn_line(tmp_p
     merged = ledger.read(tmp_path)
     assert [w["pid"] for w in merged.workers] == [2]
     assert len(merged.records) == 1
+
+
+def test_lines_that_are_not_utf8_or_lack_their_fields_are_skipped_when_a_worker_reopens_the_file(tmp_path):
+    _start(ledger.LedgerWriter(tmp_path, worker="gw0"))
+    with open(tmp_path / "gw0.jsonl", "ab") as handle:
+        handle.write(b'{"event": "test", "nodeid": "\xff\xfe", "outcome": "passed", "t": 1}\n')
+        handle.write(b'{"event": "runner-start", "t": 2}\n')  # no id, kind or model
+        handle.write(b'{"event": "test", "t": "soon", "nodeid": "t.py::x", "outcome": "passed"}\n')
+        handle.write(b'{"event": "collected", "t": 3, "tests": [{"not": "a string"}, "t.py::x"]}\n')
+        handle.write(b"[" * 100_000 + b"\n")
+    again = ledger.LedgerWriter(tmp_path, worker="gw0")  # what a replacement worker does
+    assert _start(again) == "gw0-2"
+    merged = ledger.read(tmp_path)
+    assert [r["id"] for r in merged.records] == ["gw0-1", "gw0-2"]
+    assert merged.tests == [] and list(merged.collected) == ["t.py::x"]
+
+
+def test_a_test_its_process_died_in_is_an_error_saying_how(tmp_path):
+    worker = ledger.LedgerWriter(tmp_path, worker="gw0")
+    worker.write("worker", worker="gw0", pid=7, timeout=2.0, timeout_method="thread")
+    worker.write("test-start", nodeid="t.py::ok", file="t.py", worker="gw0", phase="p")
+    worker.write("test", nodeid="t.py::ok", file="t.py", outcome="passed", worker="gw0", phase="p")
+    start = worker.write("test-start", nodeid="t.py::hang", file="t.py", worker="gw0", phase="p")
+    assert ledger.unfinished(tmp_path) == ["t.py::hang"]
+    controller = ledger.LedgerWriter(tmp_path, worker="controller")
+    controller.write("crash", test="t.py::hang", worker="gw0", how="exited with status 1")
+    (crash,) = [f for f in ledger.read(tmp_path).findings if f["type"] == "crash"]
+    assert ledger.unfinished(tmp_path) == []
+    tests = {t["nodeid"]: t["outcome"] for t in ledger.read(tmp_path).tests}
+    assert tests == {"t.py::ok": "passed", "t.py::hang": "error"}
+    assert crash["message"].startswith("worker gw0 exited with status 1 while running t.py::hang")
+    assert start["t"] <= crash["t"]
+
+
+def test_a_ledger_file_is_never_opened_through_a_symlink(tmp_path):
+    (tmp_path / "elsewhere.jsonl").write_text("")
+    (tmp_path / "led").mkdir()
+    (tmp_path / "led" / "gw0.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    with pytest.raises(OSError):
+        ledger.LedgerWriter(tmp_path / "led", worker="gw0")
+    with pytest.raises(HarnessError, match="symlink"):
+        ledger.read(tmp_path / "led")
+
+
+def test_nan_and_infinite_numbers_in_a_ledger_read_as_null_so_none_reaches_report_json(tmp_path):
+    writer = ledger.LedgerWriter(tmp_path, worker="gw0")
+    writer.write("test", nodeid="t.py::x", file="t.py", outcome="passed", call_s=float("nan"))
+    with open(tmp_path / "gw0.jsonl", "a") as handle:
+        handle.write('{"event": "test", "t": 1, "nodeid": "t.py::y", "outcome": "passed", "call_s": 1e400}\n')
+    assert [t["call_s"] for t in ledger.read(tmp_path).tests] == [None, None]

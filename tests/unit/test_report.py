@@ -139,6 +139,7 @@ def test_environment_is_allow_listed():
     }
     assert environment(env) == {
         "CUDA_VISIBLE_DEVICES": "1,0",
+        "HARNESS_API_TOKEN": "[redacted]",  # named like a secret: the name says it was set, never the value
         "HARNESS_PLATFORM": "rocm",
         "HIP_VISIBLE_DEVICES": "0",
         "VLLM_CPU_KVCACHE_SPACE": "4",
@@ -174,7 +175,15 @@ def test_a_run_killed_before_phases_json_still_reports_its_ledger(tmp_path):
     run.worker("default").runner("tests/t.py::test_a", 1, 3)
     report = run.finalize()
     assert report["phases"] == [
-        {"name": "default", "started": None, "wall_s": None, "exit_code": None, "outcomes": {}}
+        {
+            "name": "default",
+            "started": None,
+            "wall_s": None,
+            "exit_code": None,
+            "outcomes": {},
+            "collected": 0,
+            "reported": 0,
+        }
     ]
     assert report["platform"] == {"name": None, "reason": None}
     assert [r["outcome"] for r in report["records"]] == ["never-stopped"]

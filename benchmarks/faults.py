@@ -1,0 +1,264 @@
+"""Faults injected into real ``harness run`` processes: is every test accounted for, the exit code right,
+no process left behind, and every ledger event written before the fault kept?
+
+Each cell is one ``harness run`` of a small suite on the CPU platform: ``tests/test_fault.py`` (a test
+before the fault, the faulty test, two after it) and ``tests/test_other.py`` (two plain tests), in one
+phase that runs serially, with ``-n 2 --dist loadscope`` or with ``-n 2 --dist loadfile``. The faults:
+
+- ``os._exit``: the test ends its process with status 3;
+- ``SIGKILL``: the test kills its own process;
+- ``thread timeout``: the test hangs past pytest-timeout's thread-method timeout (2 s), which ends the
+  process with ``os._exit(1)``;
+- ``signal timeout``: the same with the signal method (the test fails, the process lives);
+- ``phase hang``: the test hangs past the phase's ``timeout_s`` (15 s; 120 s in the other cells);
+- ``SIGTERM run``: ``harness run`` gets SIGTERM while the test hangs (a cancelled CI job);
+- ``concurrent``: a second ``harness run`` into the same directory 1 s after the first;
+- ``kill in report``: ``harness run`` gets SIGKILL as it writes the report; ``harness report DIR`` then.
+
+Columns: ``accounted`` (every collected test has a result, or is named in an ``unaccounted`` finding when
+the phase was stopped, and the faulty test is an ``error`` saying how it died), ``exit`` (got/expected),
+``orphans`` (processes of the cell still alive 2 s after the run), ``ledger`` (every event of the tests
+that ended before the fault is in the report). Run: ``python benchmarks/faults.py [--only KIND]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = {"serial": 'workers = "serial"', "loadscope": 'workers = 2\ndist = "loadscope"',
+         "loadfile": 'workers = 2\ndist = "loadfile"'}  # fmt: skip
+FAULTS = {
+    "os._exit": "os._exit(3)",
+    "SIGKILL": "os.kill(os.getpid(), signal.SIGKILL)",
+    "thread timeout": "time.sleep(60)",
+    "signal timeout": "time.sleep(60)",
+    "phase hang": "time.sleep(600)",
+    "SIGTERM run": "time.sleep(600)",
+    "concurrent": "time.sleep(3)",
+    "kill in report": "pass",
+}
+EXIT = {"os._exit": 1, "SIGKILL": 1, "thread timeout": 1, "signal timeout": 1, "phase hang": 2,
+        "SIGTERM run": 143, "concurrent": 0, "kill in report": 0}  # fmt: skip
+FAULT_FILE = """
+import os, signal, time
+
+def test_before():
+    pass
+
+def test_fault():
+    {fault}
+
+def test_after():
+    pass
+
+def test_last():
+    pass
+"""
+OTHER_FILE = "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
+PYPROJECT = """
+[tool.pytest.ini_options]
+timeout = 2
+timeout_method = "{method}"
+
+[tool.harness.suites.faults]
+paths = ["tests"]
+
+[[tool.harness.suites.faults.phases]]
+name = "p"
+timeout_s = {phase_timeout}
+{mode}
+"""
+
+
+def project(root: Path, mode: str, fault: str) -> None:
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / "test_fault.py").write_text(FAULT_FILE.format(fault=FAULTS[fault]))
+    (root / "tests" / "test_other.py").write_text(OTHER_FILE)
+    method = "thread" if fault == "thread timeout" else "signal"
+    timeout = 2 if "timeout" in fault else 60
+    phase_timeout = 15 if fault == "phase hang" else 120  # only the hang meets it, even on a busy machine
+    text = PYPROJECT.format(method=method, mode=MODES[mode], phase_timeout=phase_timeout)
+    text = text.replace("timeout = 2\n", f"timeout = {timeout}\n", 1)
+    (root / "pyproject.toml").write_text(text)
+
+
+def environment(tag: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        HARNESS_NVML_MODULE="tests.fakes.absent",
+        HARNESS_AMDSMI_MODULE="tests.fakes.absent",
+        HARNESS_FAULTS_TAG=tag,  # finds the cell's processes afterwards
+        HARNESS_MEMORY_SAMPLE_S="0",
+    )
+    return env
+
+
+def harness(root: Path, env: dict, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def started(root: Path, nodeid: str, timeout: float = 60.0) -> bool:
+    """Wait until some worker wrote the ``test-start`` event of ``nodeid``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in (root / "out" / "ledger").rglob("*.jsonl"):
+            for line in path.read_text().splitlines():
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # being written
+                if event["event"] == "test-start" and event["nodeid"].endswith(nodeid):
+                    return True
+        time.sleep(0.05)
+    return False
+
+
+def run_cell(mode: str, fault: str) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="faults-"))
+    project(root, mode, fault)
+    tag = f"{mode}-{fault}-{os.getpid()}-{time.monotonic_ns()}"
+    env = environment(tag)
+    args = ("run", "faults", "--platform", "cpu", "--out", "out")
+    first = harness(root, env, *args)
+    code, extra = None, ""
+    if fault == "SIGTERM run":
+        started(root, "test_fault.py::test_fault")
+        first.send_signal(signal.SIGTERM)
+    elif fault == "concurrent":
+        time.sleep(1.0)
+        second = harness(root, env, *args)
+        out, err = second.communicate(timeout=120)
+        extra = f"second run: exit {second.returncode}, {len(err.splitlines())} line(s)"
+        extra_ok = second.returncode == 2 and len(err.splitlines()) == 1 and "is using it" in err
+    elif fault == "kill in report":
+        phases = root / "out" / "phases.json"
+        while first.poll() is None and '"exit_code"' not in (phases.read_text() if phases.exists() else ""):
+            time.sleep(0.005)
+        time.sleep(0.05)  # into finalize: reading the ledger, writing the report files
+        first.kill()
+        first.wait()
+        killed_with = "report.json present" if (root / "out" / "report.json").exists() else "no report.json"
+        again = harness(root, env, "report", "out")
+        again.communicate(timeout=120)
+        code = again.returncode
+        left = len(list((root / "out").glob(".*.tmp")))
+        extra = f"killed in report ({killed_with}); harness report: exit {code}, {left} .tmp left"
+    if code is None:
+        stdout, stderr = first.communicate(timeout=300)
+        code = first.returncode
+    time.sleep(2.0)
+    orphans = [p.pid for p in psutil.process_iter() if _tagged(p, tag)]
+    checked = check(root, fault)
+    if fault == "concurrent":
+        checked["accounted"] = checked["accounted"] and extra_ok
+    return {
+        "mode": mode,
+        "fault": fault,
+        **checked,
+        "exit": code,
+        "exit_ok": code == EXIT[fault],
+        "orphans": orphans,
+        "note": extra or checked.pop("note"),
+        "dir": str(root),
+    }
+
+
+def _tagged(process: psutil.Process, tag: str) -> bool:
+    try:
+        return process.environ().get("HARNESS_FAULTS_TAG") == tag
+    except (psutil.Error, OSError):
+        return False
+
+
+def check(root: Path, fault: str) -> dict:
+    """accounted and ledger, from the report and the ledger files."""
+    report = json.loads((root / "out" / "report.json").read_text())
+    tests = {t["nodeid"]: t for t in report["tests"]}
+    collected = {n for phase in report["phases"] for n in _collected(root / "out" / "ledger" / phase["name"])}
+    listed = {n for f in report["findings"] if f["type"] == "unaccounted" for n in f["tests"]}
+    fault_id = "tests/test_fault.py::test_fault"
+    counts = [(p.get("collected"), p.get("reported")) for p in report["phases"]]
+    fault_test = tests.get(fault_id, {})
+    if fault in ("os._exit", "SIGKILL", "thread timeout"):  # crashes: the rest must run, the fault an error
+        fault_ok = fault_test.get("outcome") == "error" and bool(fault_test.get("crash")) and not listed
+    elif fault in ("phase hang", "SIGTERM run"):
+        fault_ok = fault_test.get("outcome") == "error" and "stopped" in (fault_test.get("crash") or "")
+    elif fault == "signal timeout":
+        fault_ok = fault_test.get("outcome") == "failed"
+    else:
+        fault_ok = fault_test.get("outcome") == "passed"
+    accounted = bool(collected) and collected == set(tests) | listed and not set(tests) & listed and fault_ok
+    kept = tests.get("tests/test_fault.py::test_before", {}).get("outcome") == "passed"
+    kept = kept and _whole(root / "out" / "ledger")
+    note = f"collected/reported {counts}; fault: {fault_test.get('crash') or fault_test.get('outcome')}"
+    return {"accounted": accounted, "ledger": kept, "note": note, "collected": len(collected)}
+
+
+def _collected(directory: Path) -> set[str]:
+    found = set()
+    for path in directory.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event["event"] == "collected":
+                found.update(event["tests"])
+    return found
+
+
+def _whole(directory: Path) -> bool:
+    """Every ledger line is a whole JSON event (nothing torn or lost by the fault)."""
+    try:
+        lines = [line for path in directory.rglob("*.jsonl") for line in path.read_text().splitlines()]
+        return all(json.loads(line) for line in lines)
+    except json.JSONDecodeError:
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=list(FAULTS), action="append", help="these faults only")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: serial,loadscope,loadfile")
+    args = parser.parse_args()
+    rows = []
+    header = ("mode", "fault", "tests", "accounted", "exit", "orphans", "ledger")
+    print("{:<10} {:<15} {:>5} {:<9} {:<10} {:<7} {:<6} note".format(*header))
+    for fault in args.only or FAULTS:
+        for mode in args.modes.split(","):
+            row = run_cell(mode, fault)
+            rows.append(row)
+            exit_ = f"{row['exit']}/{EXIT[fault]}"
+            print(
+                f"{mode:<10} {fault:<15} {row['collected']:>5} {_yes(row['accounted']):<9} "
+                f"{exit_ + ('' if row['exit_ok'] else ' ✗'):<10} {len(row['orphans']):<7} "
+                f"{_yes(row['ledger']):<6} {row['note']}",
+                flush=True,
+            )
+    holds = [r["accounted"] and r["exit_ok"] and not r["orphans"] and r["ledger"] for r in rows]
+    print(f"\n{sum(holds)} of {len(rows)} cells hold")
+    sys.exit(0 if all(holds) else 1)
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "NO"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""A phase whose pytest died under a test goes on with the tests it did not reach.
+
+In a serial phase the test that ends its process (``os._exit``, SIGKILL) takes pytest with it; under
+xdist, workers are replaced until ``--max-worker-restart``. Either way the death is recorded as a
+``crash`` event for the test it happened in (an ``error`` in the report), and pytest runs again on the
+collected tests that have no result yet, until every one has one, an attempt makes no progress, the
+phase's time is up or ``harness run`` is stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from harness import ledger
+from harness.report.outcomes import worst
+from harness.run.process import Ended, run_phase
+
+MAX_ATTEMPTS = 20
+TESTS_FAILED = 1  # pytest.ExitCode.TESTS_FAILED: a crash, once recorded, is a failed test like any other
+
+
+def run_resuming(
+    select: Callable[[tuple[str, ...] | None], list[str]],
+    command: list[str],
+    env: dict,
+    timeout_s: float | None,
+    out: Path,
+    phase: str,
+) -> dict:
+    """Run a phase (``command`` + ``select(paths)``), resumed after crashes; its ``phases.json`` fields."""
+    ledger_dir = out / "ledger" / phase
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    codes, paths, left, crashes = [], None, None, 0
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        junit = out / "junit" / (f"{phase}.xml" if attempt == 1 else f"{phase}+{attempt}.xml")
+        args = [*select(paths), f"--junitxml={junit}", f"--harness-ledger-dir={ledger_dir}"]
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        ended = run_phase([*command, *args], env, remaining)
+        died = _record_crashes(ledger_dir, ended)
+        before, crashes = crashes, _crashes(ledger_dir)
+        codes.append(TESTS_FAILED if died and not (ended.timed_out or ended.stopped) else ended.code)
+        if ended.timed_out or ended.stopped or crashes == before:
+            break  # only a crash cut the phase short; -x or --maxfail stop it on purpose
+        previous, left = left, _left(ledger_dir)
+        if not left or left == previous:
+            break
+        paths = (f"@{_args_file(out, phase, attempt, left)}",)  # one argument: pytest reads the file
+    return {
+        "exit_code": codes[0] if len(codes) == 1 else max(worst(codes), TESTS_FAILED),
+        "timed_out": ended.timed_out,
+        "stopped": ended.stopped and str(ended.stopped),
+        "attempts": len(codes),
+    }
+
+
+def _record_crashes(ledger_dir: Path, ended: Ended) -> bool:
+    """A ``crash`` event for each test this attempt started and never finished; whether there was one."""
+    if ended.stopped:
+        how = f"was stopped: harness run got {ended.stopped}"
+    elif ended.timed_out:
+        how = "was stopped at the phase timeout"
+    else:
+        how = ledger.ended(ended.code)
+    tests = ledger.unfinished(ledger_dir) if ledger_dir.is_dir() else []
+    if tests:
+        writer = ledger.LedgerWriter(ledger_dir, worker="harness")
+        for test in tests:
+            writer.write("crash", test=test, worker="harness", how=how)
+        writer.close()
+    return bool(tests)
+
+
+def _crashes(ledger_dir: Path) -> int:
+    return sum(1 for test in ledger.read(ledger_dir).tests if test.get("crash"))
+
+
+def _left(ledger_dir: Path) -> list[str]:
+    """Collected tests of the phase without a result (run, failed or crashed), in collection order."""
+    merged = ledger.read(ledger_dir)
+    done = {test["nodeid"] for test in merged.tests}
+    return [test for test in merged.collected if test not in done]
+
+
+def _args_file(out: Path, phase: str, attempt: int, tests: list[str]) -> Path:
+    path = out / "resume" / f"{phase}+{attempt + 1}.args"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{test}\n" for test in tests), encoding="utf-8")
+    return path

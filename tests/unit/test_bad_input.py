@@ -1,0 +1,303 @@
+"""Bad input, as an attacker or a tired user gives it: every case is one line on stderr and exit 2.
+
+CLI arguments, ``[tool.harness]`` tables, environment overrides, report, phases and ledger files, and
+device masks, each through the real ``harness`` entry point (``harness.cli.main``) in a project directory.
+1 would read as "regression" to CI, and a traceback is never an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main as harness
+from harness.run import directory
+from tests.fakes import gpu
+
+GIB = 2**30
+SUITE = """
+[tool.harness.suites.models]
+paths = ["tests"]
+"""
+PHASE = """
+[tool.harness.suites.models]
+paths = ["tests"]
+[[tool.harness.suites.models.phases]]
+{}
+"""
+
+
+def _report(**changes) -> dict:
+    """A minimal report ``load`` accepts, with ``changes`` applied (dotted keys reach into it)."""
+    report = {
+        "version": 1,
+        "suite": "models",
+        "phases": [{"name": "p", "wall_s": 1.0, "outcomes": {"passed": 1}}],
+        "tests": [{"nodeid": "t.py::a", "file": "t.py", "outcome": "passed", "call_s": 1.0}],
+        "records": [],
+        "starts": {"total": {"by_kind": {}}, "by_phase": {}, "by_file": {}, "by_kind": {}},
+        "files": {"t.py": {"tests": 1, "outcomes": {"passed": 1}, "wall_s": 1.0}},
+    }
+    for key, value in changes.items():
+        *path, last = key.split("__")
+        target = report
+        for part in path:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        target[last] = value
+    return report
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, fake_gpus):
+    """A project directory with a ``models`` suite on a CPU machine; returns its path."""
+    fake_gpus([], vendor="nvidia")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "pyproject.toml").write_text(SUITE)
+    (tmp_path / "good.json").write_text(json.dumps(_report()))
+    return tmp_path
+
+
+def one_line_exit_2(capsys, argv: list[str]) -> str:
+    code = harness(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("harness: error: "), err
+    assert "Traceback" not in err
+    return err
+
+
+CLI = {
+    "no command": [],
+    "run without a suite": ["run"],
+    "unknown platform": ["run", "models", "--platform", "tpu"],
+    "unknown option": ["run", "models", "--bogus"],
+    "unknown suite": ["run", "--platform", "cpu", "nope"],
+    "unknown phase": ["run", "--platform", "cpu", "--phase", "nope", "models"],
+    "NUL in a phase": ["run", "--platform", "cpu", "--phase", "a\0b", "models"],
+    "shard without N": ["run", "--platform", "cpu", "--shard", "1", "models"],
+    "shard past N": ["run", "--platform", "cpu", "--shard", "2/2", "models"],
+    "shard of 0": ["run", "--platform", "cpu", "--shard", "0/0", "models"],
+    "negative shard": ["run", "--platform", "cpu", "--shard", "-1/2", "models"],
+    "huge shard count": ["run", "--platform", "cpu", "--shard", "0/99999999999999999999", "models"],
+    "shard count over the cap": ["run", "--platform", "cpu", "--shard", "0/5000", "models"],
+    "fullwidth shard index": ["run", "--platform", "cpu", "--shard", "\uff10/2", "models"],
+    "arabic-indic shard count": ["run", "--platform", "cpu", "--shard", "0/\u0662", "models"],
+    "durations without shard": ["run", "--platform", "cpu", "--durations-from", "good.json", "models"],
+    "durations file missing": [
+        "run",
+        "--platform",
+        "cpu",
+        "--shard",
+        "0/2",
+        "--durations-from",
+        "no.json",
+        "models",
+    ],
+    "ledger dir through pytest args": ["run", "--platform", "cpu", "models", "--", "--harness-ledger-dir=x"],
+    "junitxml through pytest args": ["run", "--platform", "cpu", "models", "--", "--junitxml", "j.xml"],
+    "no-harness through pytest args": ["run", "--platform", "cpu", "models", "--", "--no-harness"],
+    "out is a file": ["run", "--platform", "cpu", "--out", "good.json", "models"],
+    "NUL in out": ["run", "--platform", "cpu", "--out", "a\0b", "models"],
+    "report of a missing dir": ["report", "missing"],
+    "report of an empty dir": ["report", "tests"],
+    "compare missing files": ["compare", "no1.json", "no2.json"],
+    "compare a device file": ["compare", "/dev/zero", "good.json"],
+    "compare a directory without a report": ["compare", "tests", "good.json"],
+    "compare, bad gate": ["compare", "good.json", "good.json", "--fail-on-regression", "wall:abc"],
+    "compare, fullwidth gate": [
+        "compare",
+        "good.json",
+        "good.json",
+        "--fail-on-regression",
+        "wall:\uff11\uff10%",
+    ],
+    "compare, unknown format": ["compare", "good.json", "good.json", "--format", "xml"],
+    "ci, duplicate platforms": ["ci", "buildkite", "--platforms", "cpu,cpu"],
+    "ci, duplicate suites": ["ci", "matrix", "--suites", "models,models"],
+    "ci, unknown platform": ["ci", "matrix", "--platforms", "tpu"],
+    "ci, empty platform": ["ci", "matrix", "--platforms", "cpu,"],
+    "ci, unknown suite": ["ci", "matrix", "--suites", "nope"],
+    "ci, no subcommand": ["ci"],
+    "doctor, unknown option": ["doctor", "--bogus"],
+}
+
+
+@pytest.mark.parametrize("argv", CLI.values(), ids=CLI.keys())
+def test_cli_arguments(project, capsys, argv):
+    one_line_exit_2(capsys, argv)
+
+
+CONFIG = {
+    "phase_timeout_s = 0": "[tool.harness]\nphase_timeout_s = 0\n",
+    "phase_timeout_s = nan": "[tool.harness]\nphase_timeout_s = nan\n",
+    "phase_timeout_s = inf": "[tool.harness]\nphase_timeout_s = inf\n",
+    "phase_timeout_s < 0": "[tool.harness]\nphase_timeout_s = -1\n",
+    "test_timeout_s a string": '[tool.harness]\ntest_timeout_s = "x"\n',
+    "unknown key": "[tool.harness]\nsetle = true\n",
+    "settle_ratio > 1": "[tool.harness]\nsettle_ratio = 2\n",
+    "platform key not a table": "[tool.harness]\ncpu = 1\n",
+    "cpu_workers 0": "[tool.harness]\ncpu_workers = 0\n",
+    "phase named .": PHASE.format('name = "."'),
+    "phase named ..": PHASE.format('name = ".."'),
+    "phase name with NUL": PHASE.format('name = "a\\u0000b"'),
+    "phase name with /": PHASE.format('name = "a/b"'),
+    "phase name with +": PHASE.format('name = "a+b"'),
+    "phase name of 101 chars": PHASE.format(f'name = "{"a" * 101}"'),
+    "markers 'not ('": PHASE.format('name = "p"\nmarkers = "not ("'),
+    "keywords 'a and'": PHASE.format('name = "p"\nkeywords = "a and"'),
+    "markers ')'": PHASE.format('name = "p"\nmarkers = "a)"'),
+    "markers empty": PHASE.format('name = "p"\nmarkers = " "'),
+    "path starting with -": PHASE.format('name = "p"\npaths = ["-x"]'),
+    "empty paths": PHASE.format('name = "p"\npaths = []'),
+    "phase timeout nan": PHASE.format('name = "p"\ntimeout_s = nan'),
+    "phase timeout inf": PHASE.format('name = "p"\ntimeout_s = inf'),
+    "phase timeout 0": PHASE.format('name = "p"\ntimeout_s = 0'),
+    "phase timeout bool": PHASE.format('name = "p"\ntimeout_s = true'),
+    "workers many": PHASE.format('name = "p"\nworkers = "many"'),
+    "dist each": PHASE.format('name = "p"\ndist = "each"'),
+    "unknown phase key": PHASE.format('name = "p"\ncolour = "red"'),
+    "invalid TOML": "[tool.harness\n",
+    "suites not tables": "[tool.harness]\nsuites = 1\n",
+    "ci platforms twice": SUITE + '[tool.harness.ci]\nplatforms = ["cpu", "cpu"]\n',
+    "ci parallelism 0": SUITE + "[tool.harness.ci]\nparallelism = 0\n",
+}
+
+
+@pytest.mark.parametrize("toml", CONFIG.values(), ids=CONFIG.keys())
+def test_config_tables(project, capsys, toml):
+    suite = toml if "suites.models" in toml or "suites = 1" in toml else SUITE + toml
+    (project / "pyproject.toml").write_text(suite)
+    argv = ["ci", "matrix"] if "[tool.harness.ci]" in toml else ["run", "--platform", "cpu", "models"]
+    one_line_exit_2(capsys, argv)
+
+
+def test_a_duplicate_phase_name(project, capsys):
+    twice = PHASE.format('name = "p"') + '[[tool.harness.suites.models.phases]]\nname = "p"\n'
+    (project / "pyproject.toml").write_text(twice)
+    one_line_exit_2(capsys, ["run", "--platform", "cpu", "models"])
+
+
+ENV = {
+    "HARNESS_PHASE_TIMEOUT_S=0": ("HARNESS_PHASE_TIMEOUT_S", "0"),
+    "HARNESS_PHASE_TIMEOUT_S=abc": ("HARNESS_PHASE_TIMEOUT_S", "abc"),
+    "HARNESS_PHASE_TIMEOUT_S=nan": ("HARNESS_PHASE_TIMEOUT_S", "nan"),
+    "HARNESS_SETTLE=maybe": ("HARNESS_SETTLE", "maybe"),
+    "BUILDKITE_PARALLEL_JOB alone": ("BUILDKITE_PARALLEL_JOB", "1"),
+}
+
+
+@pytest.mark.parametrize(("name", "value"), ENV.values(), ids=ENV.keys())
+def test_environment_overrides(project, capsys, monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    one_line_exit_2(capsys, ["run", "--platform", "cpu", "models"])
+
+
+REPORTS = {
+    "empty": "",
+    "truncated": '{"version": 1, "phases": [',
+    "not JSON": "hello",
+    "an array": "[1, 2]",
+    "NaN": json.dumps(_report(phases__0__wall_s=float("nan"))),
+    "Infinity": json.dumps(_report(phases__0__wall_s=float("inf"))),
+    "1e400": json.dumps(_report()).replace('"wall_s": 1.0', '"wall_s": 1e400', 1),
+    "deep nesting": "[" * 100_000 + "]" * 100_000,
+    "wrong version": json.dumps(_report(version=99)),
+    "no version": json.dumps({"phases": []}),
+    "phases not a list": json.dumps(_report(phases={})),
+    "wall_s a string": json.dumps(_report(phases__0__wall_s="x")),
+    "outcomes not counts": json.dumps(_report(phases__0__outcomes={"passed": "1"})),
+    "a test not an object": json.dumps(_report(tests=[1])),
+    "a test without a file": json.dumps(_report(tests=[{"outcome": "passed"}])),
+    "starts by_kind a list": json.dumps(_report(starts__total__by_kind=[])),
+    "starts by_phase not tables": json.dumps(_report(starts__by_phase={"p": 1})),
+    "a file entry a number": json.dumps(_report(files={"t.py": 1})),
+    "a file's wall a string": json.dumps(_report(files={"t.py": {"wall_s": "1"}})),
+}
+
+
+@pytest.mark.parametrize("text", REPORTS.values(), ids=REPORTS.keys())
+def test_report_files(project, capsys, text):
+    (project / "bad.json").write_text(text)
+    one_line_exit_2(capsys, ["compare", "good.json", "bad.json", "--fail-on-regression", "wall:10%"])
+
+
+def test_a_report_that_is_not_utf8(project, capsys):
+    (project / "bad.json").write_bytes(b'{"version": 1, "suite": "\xff"}')
+    one_line_exit_2(capsys, ["compare", "bad.json", "good.json"])
+
+
+PHASES = {
+    "phases not a list": {"phases": {}},
+    "a phase without a name": {"phases": [{"wall_s": 1}]},
+    "wall_s a string": {"phases": [{"name": "p", "wall_s": "1"}]},
+    "started a list": {"phases": [{"name": "p", "started": []}]},
+    "exit_code a float": {"phases": [{"name": "p", "exit_code": 1.5}]},
+    "timed_out a string": {"phases": [{"name": "p", "timed_out": "yes"}]},
+}
+
+
+@pytest.mark.parametrize("meta", PHASES.values(), ids=PHASES.keys())
+def test_phases_files(project, capsys, meta):
+    (project / "run").mkdir()
+    (project / "run" / "phases.json").write_text(json.dumps(meta))
+    one_line_exit_2(capsys, ["report", "run"])
+
+
+def test_a_ledger_file_that_is_a_symlink(project, capsys):
+    (project / "run" / "ledger" / "p").mkdir(parents=True)
+    (project / "elsewhere.jsonl").write_text("")
+    (project / "run" / "ledger" / "p" / "main.jsonl").symlink_to(project / "elsewhere.jsonl")
+    one_line_exit_2(capsys, ["report", "run"])
+
+
+def test_an_oversized_ledger_file(project, capsys, monkeypatch):
+    monkeypatch.setattr("harness.ledger.reader.MAX_FILE_BYTES", 64)
+    (project / "run" / "ledger" / "p").mkdir(parents=True)
+    (project / "run" / "ledger" / "p" / "main.jsonl").write_text('{"event": "x", "t": 1}\n' * 10)
+    one_line_exit_2(capsys, ["report", "run"])
+
+
+def test_an_oversized_report(project, capsys, monkeypatch):
+    monkeypatch.setattr("harness.report.store.MAX_BYTES", 64)
+    one_line_exit_2(capsys, ["compare", "good.json", "good.json"])
+
+
+def test_a_run_directory_in_use(project, capsys):
+    with directory.locked(Path("out")):
+        err = one_line_exit_2(capsys, ["run", "--platform", "cpu", "--out", "out", "models"])
+    assert f"(pid {os.getpid()}) is using it" in err
+
+
+def test_a_symlinked_ledger_directory(project, capsys):
+    (project / "out").mkdir()
+    (project / "elsewhere").mkdir()
+    (project / "out" / "ledger").symlink_to(project / "elsewhere")
+    one_line_exit_2(capsys, ["run", "--platform", "cpu", "--out", "out", "models"])
+
+
+def test_a_100_kb_error_is_cut_to_one_short_line(project, capsys):
+    err = one_line_exit_2(capsys, ["run", "--platform", "cpu", "x" * 100_000])
+    assert len(err) < 700 and "characters, cut" in err
+
+
+MASKS = {
+    "fullwidth zero": "\uff10",
+    "fullwidth one among indices": "\uff11,0",
+    "superscript two": "\u00b2",
+    "past the devices": "5",
+    "listed twice": "0,0",
+    "neither index nor UUID": "abc",
+    "unknown UUID": "GPU-zzz",
+    "ambiguous UUID prefix": "GPU-",
+}
+
+
+@pytest.mark.parametrize("mask", MASKS.values(), ids=MASKS.keys())
+def test_device_masks(project, capsys, monkeypatch, fake_gpus, mask):
+    fake_gpus([gpu(0, total=80 * GIB), gpu(1, total=80 * GIB)], vendor="nvidia")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", mask)
+    one_line_exit_2(capsys, ["run", "--platform", "cuda", "models"])
