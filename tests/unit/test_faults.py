@@ -109,7 +109,7 @@ def test_sigterm_stops_the_phase_group_and_still_writes_the_report(project, tmp_
     )
     ledger = root / "out" / "ledger" / "p" / "main.jsonl"
     deadline = time.monotonic() + 60
-    while "test_hangs" not in (ledger.read_text() if ledger.exists() else ""):
+    while '"test-start", "t": ' not in _line_of(ledger, "test_hangs"):
         assert time.monotonic() < deadline and run.poll() is None
         time.sleep(0.05)
     run.send_signal(signal.SIGTERM)
@@ -124,6 +124,12 @@ def test_sigterm_stops_the_phase_group_and_still_writes_the_report(project, tmp_
     assert report["phases"][0]["stopped"] == "SIGTERM"
     alive = [p for p in psutil.process_iter() if _environ(p).get("HARNESS_FAULT_TAG") == str(tmp_path)]
     assert alive == []
+
+
+def _line_of(ledger, test: str) -> str:
+    """The ledger line that starts ``test`` ('' until it is written)."""
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    return next((line for line in lines if '"test-start"' in line and f"::{test}" in line), "")
 
 
 def _environ(process: psutil.Process) -> dict:
