@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv[: len(argv) - len(pytest_args) - (1 if "--" in argv else 0)])
     except SystemExit as done:  # --help, or the one-line usage error above
-        return done.code or 0
+        return done.code if isinstance(done.code, int) else 2
     args.pytest_args = pytest_args
     try:
         return importlib.import_module(args.module).main(args)

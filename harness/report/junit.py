@@ -85,15 +85,15 @@ def _add_missing(root: ET.Element, tests: list[TestResult]) -> None:
             continue
         suite = next((s for s in root.iter("testsuite") if s.get("name") == test["phase"]), None)
         if suite is None:
-            suite = ET.SubElement(root, "testsuite", name=test["phase"])
-        seconds = sum(test.get(k) or 0.0 for k in ("setup_s", "call_s", "teardown_s"))
+            suite = ET.SubElement(root, "testsuite", name=test["phase"] or "")
+        seconds = sum(t or 0.0 for t in (test.get("setup_s"), test.get("call_s"), test.get("teardown_s")))
         case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{seconds:.3f}")
         tag = {"failed": "failure", "error": "error", "skipped": "skipped"}.get(test["outcome"])
         counter = {"failure": "failures", "error": "errors", "skipped": "skipped"}.get(tag or "")
         if tag:
             message = test.get("crash") or f"{test['outcome']} (from the harness ledger)"
             ET.SubElement(case, tag, message=message).text = message
-        for count in ("tests", counter):
+        for count in ("tests", counter or ""):
             if count:
                 suite.set(count, str(int(suite.get(count) or 0) + 1))
 

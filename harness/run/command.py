@@ -29,6 +29,7 @@ from harness.platform import detect
 from harness.report.environment import redact_all
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS, worst
+from harness.report.schema import Report
 from harness.report.store import write_atomic
 from harness.run import directory
 from harness.run.process import Stopped, ignore_stop_signals, stop_signals
@@ -143,7 +144,9 @@ def _phase(run: _Run, phase) -> dict:
     entry = {"name": phase.name, "started": started, "wall_s": round(wall, 3), "args": args_, **result}
     run.meta["phases"].append(entry)
     _write(run.out, run.meta)
-    status = "timed out" if result["timed_out"] else ("ok" if worst([result["exit_code"]]) == 0 else "failed")
+    status = (
+        "timed out" if result["timed_out"] else ("ok" if worst([result["exit_code"] or 0]) == 0 else "failed")
+    )
     run.console.print(f"phase {phase.name}: {status} (exit {result['exit_code']}) in {wall:.1f} s")
     return entry
 
@@ -175,7 +178,7 @@ def _finish(out: Path, meta: dict, console, env: dict) -> None:
     )
 
 
-def _cut_short(report: dict) -> str:
+def _cut_short(report: Report) -> str:
     """The closing line's tail: tests whose process died under them, and collected tests with no result."""
     crashed = [t["crash"] for t in report["tests"] if t.get("crash")]
     missing = sum(len(f["tests"]) for f in report["findings"] if f["type"] == "unaccounted")

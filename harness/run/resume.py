@@ -32,7 +32,10 @@ def run_resuming(
     """Run a phase (``command`` + ``select(paths)``), resumed after crashes; its ``phases.json`` fields."""
     ledger_dir = out / "ledger" / phase
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    codes, paths, left, crashes = [], None, None, 0
+    codes: list[int] = []
+    paths: tuple[str, ...] | None = None
+    left: list[str] | None = None
+    crashes = 0
     for attempt in range(1, MAX_ATTEMPTS + 1):
         junit = out / "junit" / (f"{phase}.xml" if attempt == 1 else f"{phase}+{attempt}.xml")
         args = [*select(paths), f"--junitxml={junit}", f"--harness-ledger-dir={ledger_dir}"]
