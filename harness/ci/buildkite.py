@@ -13,13 +13,20 @@ import sys
 
 import yaml
 
-from harness.ci.matrix import Cell, CiSettings, cells, load
+from harness.ci.matrix import Cell, CiSettings, Container, cells, load
+from harness.config.settings import CI_DEADLINE
 from harness.errors import HarnessError
+from harness.platform.packages import installed
 from harness.report.publish import annotation_context
 
-# Buildkite's own retry conditions for work lost to the machine, not to the tests.
 _NOX_VENV = ".harness-nox"
+# Buildkite's own retry conditions for work lost to the machine, not to the tests.
 _INFRA_FAILURES = ({"exit_status": -1}, {"exit_status": 255}, {"signal_reason": "agent_stop"})
+DOCKER_PLUGIN = "docker#v5.13.0"
+# docker run flag -> the docker plugin's key; devices and groups are lists there
+_PLUGIN_KEYS = {"--gpus": "gpus", "--ipc": "ipc", "--shm-size": "shm-size", "--runtime": "runtime"}
+_PLUGIN_LISTS = {"--device": "devices", "--group-add": "additional-groups"}
+SECRETS = ("HF_TOKEN",)  # passed from the agent's environment into the container when set there
 
 
 def pipeline(selected: list[Cell], settings: CiSettings, parallelism: int) -> dict:
@@ -38,11 +45,32 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _step(cell: Cell, settings: CiSettings, parallelism: int) -> dict:
-    # A prebuilt image has nox and the test dependencies; otherwise nox gets a venv of its own (agents'
-    # system Pythons are often externally managed) and builds the session's venv as usual.
-    if settings.prebuilt_image:
-        setup, nox = [], shlex.join(["nox", "-s", cell.session, "--no-venv"])
-    else:
+    container = settings.container(cell.platform)
+    step = {
+        "key": cell.key,
+        "label": f"{cell.platform} {cell.suite}",
+        "agents": {"queue": settings.queues[cell.platform]},
+        "commands": _commands(cell, settings, parallelism, container),
+        "timeout_in_minutes": settings.timeout_in_minutes,
+        "retry": {"automatic": [{**rule, "limit": settings.retry_limit} for rule in _INFRA_FAILURES]},
+        "artifact_paths": [f"{cell.run_dir}/**/*"],
+    }
+    if container:
+        step["plugins"] = [{DOCKER_PLUGIN: _docker(container)}]
+    if parallelism > 1:
+        step["parallelism"] = parallelism
+    return step
+
+
+def _commands(cell: Cell, settings: CiSettings, parallelism: int, container: Container | None) -> list[str]:
+    # An image has the test stack: nox and the harness that generated this step go into it (the container
+    # is thrown away after the step). A prebuilt agent has all of it. Otherwise nox gets a venv of its own
+    # (agents' system Pythons are often externally managed) and builds the session's venv as usual.
+    setup, nox = [], shlex.join(["nox", "-s", cell.session, "--no-venv"])
+    if container:
+        install = shlex.join(["python3", "-m", "pip", "install", "--quiet", "nox", _harness_requirement()])
+        setup = [f"PIP_BREAK_SYSTEM_PACKAGES=1 {install}"]
+    elif not settings.prebuilt_image:
         setup = [f"python3 -m venv {_NOX_VENV} && {_NOX_VENV}/bin/pip install --quiet nox"]
         nox = shlex.join([f"{_NOX_VENV}/bin/nox", "-s", cell.session])
     summary = shlex.quote(f"{cell.run_dir}/summary.md")
@@ -57,20 +85,39 @@ def _step(cell: Cell, settings: CiSettings, parallelism: int) -> dict:
         f"printf '%s exited %s before the harness wrote %s\\n' {shlex.quote(nox)} \"$$status\" {summary}"
         f" | buildkite-agent annotate --style error --context {context}"
     )
-    step = {
-        "key": cell.key,
-        "label": f"{cell.platform} {cell.suite}",
-        "agents": {"queue": settings.queues[cell.platform]},
-        "commands": [
-            *setup,
-            f"status=0; {nox} || status=$$?",
-            f"if [ ! -f {summary} ]; then {missing}; fi",
-            'exit "$$status"',
-        ],
-        "timeout_in_minutes": settings.timeout_in_minutes,
-        "retry": {"automatic": [{**rule, "limit": settings.retry_limit} for rule in _INFRA_FAILURES]},
-        "artifact_paths": [f"{cell.run_dir}/**/*"],
-    }
-    if parallelism > 1:
-        step["parallelism"] = parallelism
-    return step
+    # harness run ends its phases in time to write the report before Buildkite's timeout ends the job
+    deadline = f"export {CI_DEADLINE}=$$(( $$(date +%s) + {settings.timeout_in_minutes * 60} ))"
+    return [
+        deadline,
+        *setup,
+        f"status=0; {nox} || status=$$?",
+        f"if [ ! -f {summary} ]; then {missing}; fi",
+        'exit "$$status"',
+    ]
+
+
+def _docker(container: Container) -> dict:
+    """The docker plugin's settings: image, device flags, env and volumes, with the agent mounted."""
+    plugin: dict = {"image": container.image}
+    for flag, value in container.options:
+        if flag in _PLUGIN_LISTS:
+            plugin.setdefault(_PLUGIN_LISTS[flag], []).append(value)
+        else:
+            plugin[_PLUGIN_KEYS[flag]] = value
+    plugin["environment"] = [*SECRETS, *(f"{name}={value}" for name, value in container.env.items())]
+    if container.volumes:
+        plugin["volumes"] = list(container.volumes)
+    # BUILDKITE_* (parallel job, build) reach harness run, and buildkite-agent annotate works inside
+    plugin.update(
+        {"propagate-environment": True, "mount-buildkite-agent": True, "shell": ["/bin/bash", "-e", "-c"]}
+    )
+    return plugin
+
+
+def _harness_requirement() -> str:
+    """The distribution and version of the harness printing this pipeline, for the image to install."""
+    found = installed(("harness",))["harness"]
+    if found is None:
+        raise HarnessError("the harness is not installed as a distribution: pip install it to generate steps")
+    version, distribution = found
+    return f"{distribution}=={version}"

@@ -14,19 +14,28 @@ from harness.ci.matrix import cells, load
 
 
 def matrix(args: argparse.Namespace) -> list[dict]:
-    """One dict per cell; ``session`` is the nox session the job runs, ``artifact`` a name unique per cell."""
+    """One dict per cell; ``session`` is the nox session the job runs, ``artifact`` a name unique per cell.
+
+    ``image`` and ``container_options`` are the job's ``container`` (empty: the job runs on the runner).
+    """
     settings, known_suites = load()
-    return [
-        {
-            "platform": cell.platform,
-            "suite": cell.suite,
-            "session": cell.session,
-            "run_dir": cell.run_dir,
-            "artifact": f"harness-{cell.key}",
-            "queue": settings.queues[cell.platform],
-        }
-        for cell in cells(settings, known_suites, args.platforms, args.suites)
-    ]
+    rows = []
+    for cell in cells(settings, known_suites, args.platforms, args.suites):
+        container = settings.container(cell.platform)
+        rows.append(
+            {
+                "platform": cell.platform,
+                "suite": cell.suite,
+                "session": cell.session,
+                "run_dir": cell.run_dir,
+                "artifact": f"harness-{cell.key}",
+                "queue": settings.queues[cell.platform],
+                "image": container.image if container else "",
+                # values are checked to need no quoting: the runner splits this string itself
+                "container_options": " ".join(container.docker_flags()) if container else "",
+            }
+        )
+    return rows
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """The one platform × suite definition both CI generators print, from ``[tool.harness.ci]``.
 
 Buildkite and GitHub Actions get their cells from here so the two can never disagree on which nox sessions
-exist, and every name that ends up in YAML or a shell command is checked once, here.
+exist or which container a cell runs in, and every name or value that ends up in YAML, a docker flag or a
+shell command is checked once, here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,23 @@ from harness.errors import ConfigError, HarnessError
 from harness.platform import PLATFORMS
 
 QUEUES = {"cuda": "gpu-cuda", "rocm": "gpu-rocm", "cpu": "cpu"}
+# How a container reaches the platform's GPUs: the flags vLLM's CUDA and ROCm images are run with.
+DEVICE_OPTIONS = {
+    "cuda": ("--gpus", "all", "--ipc", "host"),
+    "rocm": ("--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video", "--ipc", "host"),
+    "cpu": (),
+}
+# The docker run flags both CI systems can express (GitHub's container options, Buildkite's docker plugin).
+DEVICE_FLAGS = ("--gpus", "--device", "--group-add", "--ipc", "--shm-size", "--runtime")
+MODEL_CACHE = "/model-cache"  # the containers' HF_HOME, where [tool.harness.ci] model_cache is mounted
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # also a valid Buildkite step key, artifact and nox name
+# Values that reach docker flags in YAML and a shell: no space, quote or `$` (Buildkite interpolates `$`).
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+_VALUE = re.compile(r"[A-Za-z0-9/._:=,@+-]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PATH = re.compile(r"/[A-Za-z0-9/._+-]*")  # no ':' or ',': it becomes a docker volume "path:MODEL_CACHE"
+_SAFE = "letters, digits and / . _ : = , @ + - only"
+_SAFE_PATH = "letters, digits and / . _ + - only"
 
 
 @dataclass(frozen=True)
@@ -32,9 +49,42 @@ class CiSettings:
     parallelism: Count = 1
     timeout_in_minutes: Count = 180
     retry_limit: Annotated[int, Bounds(0, 10)] = 2  # Buildkite's range
+    images: dict[str, str] = field(default_factory=dict)  # platform -> image its cells run in
+    device_options: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEVICE_OPTIONS))
+    env: dict[str, str] = field(default_factory=dict)  # set in every container
+    model_cache: str | None = None  # host directory mounted at MODEL_CACHE, the containers' HF_HOME
+
+    def container(self, platform: str) -> Container | None:
+        """The container a cell of ``platform`` runs in, or None: it runs on the agent itself."""
+        if platform not in self.images:
+            return None
+        env = {"HF_HOME": MODEL_CACHE} if self.model_cache else {}
+        flags = self.device_options[platform]
+        return Container(
+            image=self.images[platform],
+            options=tuple(zip(flags[::2], flags[1::2], strict=True)),
+            env={**env, **self.env},
+            volumes=(f"{self.model_cache}:{MODEL_CACHE}",) if self.model_cache else (),
+        )
 
 
 CI_KINDS = hints(CiSettings)
+
+
+@dataclass(frozen=True)
+class Container:
+    """An image and the docker flags a cell runs it with; every value is checked by ``load``."""
+
+    image: str
+    options: tuple[tuple[str, str], ...]  # (flag, value) pairs from DEVICE_FLAGS
+    env: dict[str, str]
+    volumes: tuple[str, ...]
+
+    def docker_flags(self) -> list[str]:
+        """The same as ``docker run`` flags, e.g. for GitHub's ``container.options``."""
+        flags = [part for option in self.options for part in option]
+        flags += [part for name, value in self.env.items() for part in ("--env", f"{name}={value}")]
+        return flags + [part for volume in self.volumes for part in ("--volume", volume)]
 
 
 @dataclass(frozen=True)
@@ -129,4 +179,40 @@ def _settings(table: dict) -> CiSettings:
     for platform in values.get("platforms", ()):
         if platform not in PLATFORMS:
             expected(f"{where} platforms", f"names from {', '.join(PLATFORMS)}", platform)
-    return CiSettings(queues={**QUEUES, **queues}, **values)
+    _check_containers(values)
+    device_options = {**DEVICE_OPTIONS, **values.pop("device_options", {})}
+    return CiSettings(queues={**QUEUES, **queues}, device_options=device_options, **values)
+
+
+def _check_containers(values: dict) -> None:
+    """images, device_options, env and model_cache: values that reach docker flags, YAML and a shell."""
+    for key in ("images", "device_options"):
+        known(f"[tool.harness.ci.{key}]", values.get(key, {}), PLATFORMS)
+    for platform, image in values.get("images", {}).items():
+        _match(
+            f"[tool.harness.ci.images] {platform}",
+            image,
+            _IMAGE,
+            "an image reference (name:tag or name@digest)",
+        )
+    for platform, flags in values.get("device_options", {}).items():
+        label = f"[tool.harness.ci.device_options] {platform}"
+        if len(flags) % 2 or any(flag not in DEVICE_FLAGS for flag in flags[::2]):
+            expected(label, f"flag, value pairs with flags from {', '.join(DEVICE_FLAGS)}", list(flags))
+        for value in flags[1::2]:
+            _match(label, value, _VALUE, _SAFE)
+    for name, value in values.get("env", {}).items():
+        _match("[tool.harness.ci.env]", name, _ENV_NAME, "environment variable names")
+        _match(f"[tool.harness.ci.env] {name}", value, _VALUE, _SAFE)
+    if values.get("model_cache") is not None:
+        _match(
+            "[tool.harness.ci] model_cache",
+            values["model_cache"],
+            _PATH,
+            f"an absolute path of {_SAFE_PATH}",
+        )
+
+
+def _match(label: str, value: str, pattern: re.Pattern, what: str) -> None:
+    if not pattern.fullmatch(value):
+        expected(label, what, value)

@@ -20,6 +20,7 @@ from harness.errors import ConfigError
 from harness.platform import PLATFORMS
 
 OTHER_OWNERS = ("suites", "ci")
+CI_DEADLINE = "HARNESS_CI_DEADLINE"  # Unix time at which CI ends the job (the generated CI exports it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,3 +73,17 @@ def load_settings(
         if variable in env:
             values[key] = from_text(variable, env[variable], kind)
     return Settings(**values)
+
+
+def ci_deadline(env: Mapping[str, str] = os.environ) -> float | None:
+    """``HARNESS_CI_DEADLINE`` as a number, or None where it is not set."""
+    text = env.get(CI_DEADLINE, "").strip()
+    if not text:
+        return None
+    try:
+        deadline = float(text)
+    except ValueError:
+        deadline = math.nan
+    if not math.isfinite(deadline):
+        raise ConfigError(f"{CI_DEADLINE}={text!r}: expected Unix time in seconds")
+    return deadline

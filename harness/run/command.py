@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.config.pyproject import find_pyproject, read_table
-from harness.config.settings import Settings, load_settings
+from harness.config.settings import Settings, ci_deadline, load_settings
 from harness.config.suites import load_suite
 from harness.errors import HarnessError
 from harness.platform import detect
@@ -32,7 +32,7 @@ from harness.report.outcomes import NO_TESTS, worst
 from harness.report.schema import Report
 from harness.report.store import write_atomic
 from harness.run import directory
-from harness.run.process import Stopped, ignore_stop_signals, stop_signals
+from harness.run.process import Stopped, ignore_stop_signals, phase_timeout, stop_signals
 from harness.run.resume import run_resuming
 from harness.run.shards import durations_from, parse_shard, shard_paths
 
@@ -88,10 +88,12 @@ class _Run:
     env: dict
     settings: Settings
     console: Console
+    deadline: float | None  # HARNESS_CI_DEADLINE: phases end in time for the report
 
 
 def _run(out: Path, suite, settings, detection, shard, selected, extra, env, fail_fast) -> int:
     """The phases in order, then the report; a SIGTERM/SIGHUP/SIGINT stops them and still reports."""
+    deadline = ci_deadline(env)
     platform = detection.platform.name
     meta: dict[str, Any] = {
         "suite": suite.name,
@@ -102,7 +104,7 @@ def _run(out: Path, suite, settings, detection, shard, selected, extra, env, fai
         "phases": [],
     }
     _write(out, meta)
-    run = _Run(out, meta, selected, extra, env, settings, Console())
+    run = _Run(out, meta, selected, extra, env, settings, Console(), deadline)
     run.console.print(f"[bold]harness run {suite.name}[/] on {platform} ({detection.reason}) → {out}")
     env["HARNESS_PLATFORM"] = platform  # every phase's pytest agrees with this run's platform
     stopped = None
@@ -132,7 +134,7 @@ def _phase(run: _Run, phase) -> dict:
         result = {"exit_code": NO_TESTS, "timed_out": False, "stopped": None, "attempts": 0}
         args_ = []
     else:
-        timeout = phase.timeout_s if phase.timeout_s is not None else run.settings.phase_timeout_s
+        timeout = phase_timeout(phase.timeout_s or run.settings.phase_timeout_s, run.deadline, time.time())
 
         def select(resume: tuple[str, ...] | None) -> list[str]:
             return phase.selection(resume or paths) + run.extra

@@ -17,6 +17,15 @@ from dataclasses import dataclass
 INTERRUPT_GRACE_S = 10.0  # after a phase timeout: SIGINT lets pytest write its JUnit, then SIGKILL
 STOP_GRACE_S = 3.0  # after SIGTERM/SIGHUP: CI kills us about 10 s after its SIGTERM; the report comes first
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+REPORT_MARGIN_S = 600.0  # phases end this long before CI's deadline: stop, write the report, upload it
+
+
+def phase_timeout(timeout_s: float | None, deadline: float | None, now: float) -> float | None:
+    """The phase's own timeout, cut so the phase ends REPORT_MARGIN_S before CI's deadline (1 s at least)."""
+    if deadline is None:
+        return timeout_s
+    left = max(deadline - REPORT_MARGIN_S - now, 1.0)
+    return left if timeout_s is None else min(timeout_s, left)
 
 
 class Stopped(Exception):

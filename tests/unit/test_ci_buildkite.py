@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from harness.platform.packages import installed
 from harness.report.publish import annotation_context
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,8 +110,70 @@ cuda = "h100"
     assert all(step["parallelism"] == 4 for step in steps)
     assert all(step["timeout_in_minutes"] == 90 for step in steps)
     assert all(rule["limit"] == 1 for rule in steps[0]["retry"]["automatic"])
-    assert steps[0]["commands"][0] == "status=0; nox -s cuda_generation --no-venv || status=$$?"
+    assert steps[0]["commands"][:2] == [
+        "export HARNESS_CI_DEADLINE=$$(( $$(date +%s) + 5400 ))",  # 90 minutes from the step's start
+        "status=0; nox -s cuda_generation --no-venv || status=$$?",
+    ]
+    assert "plugins" not in steps[0]  # a prebuilt agent, no image: the step runs on the agent
     assert generate(tmp_path, "--platforms", "rocm", "--suites", "pooling")["steps"][0]["parallelism"] == 2
+
+
+IMAGES = """
+[tool.harness.ci]
+model_cache = "/mnt/hf-cache"
+[tool.harness.ci.images]
+cuda = "vllm/vllm-openai:v0.26.0"
+rocm = "rocm/vllm-ci@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+[tool.harness.ci.env]
+VLLM_WORKER_MULTIPROC_METHOD = "spawn"
+"""
+
+
+def test_a_platform_with_an_image_runs_its_steps_in_it_with_the_docker_plugin(tmp_path):
+    pipeline = generate(project(tmp_path, IMAGES), "--suites", "pooling")
+    checked = validate(tmp_path / "pipeline.yml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    cuda, rocm, cpu = pipeline["steps"]
+    ((plugin, docker),) = cuda["plugins"][0].items()
+    assert plugin == "docker#v5.13.0"
+    common = {
+        "environment": ["HF_TOKEN", "HF_HOME=/model-cache", "VLLM_WORKER_MULTIPROC_METHOD=spawn"],
+        "volumes": ["/mnt/hf-cache:/model-cache"],
+        "propagate-environment": True,  # BUILDKITE_PARALLEL_JOB and the build reach harness run
+        "mount-buildkite-agent": True,  # buildkite-agent annotate works in the container
+        "shell": ["/bin/bash", "-e", "-c"],
+    }
+    assert docker == {"image": "vllm/vllm-openai:v0.26.0", "gpus": "all", "ipc": "host", **common}
+    assert rocm["plugins"] == [
+        {
+            "docker#v5.13.0": {
+                "image": "rocm/vllm-ci@sha256:" + "0123456789abcdef" * 4,
+                "devices": ["/dev/kfd", "/dev/dri"],
+                "additional-groups": ["video"],
+                "ipc": "host",
+                **common,
+            }
+        }
+    ]
+    assert "plugins" not in cpu  # no cpu image: the step builds its venvs on the agent
+    version, distribution = installed(("harness",))["harness"]
+    assert cuda["commands"][1:3] == [
+        f"PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet nox {distribution}=={version}",
+        "status=0; nox -s cuda_pooling --no-venv || status=$$?",
+    ]
+
+
+def test_device_options_replace_the_platform_defaults(tmp_path):
+    ci = (
+        IMAGES
+        + "[tool.harness.ci.device_options]\n"
+        + 'rocm = ["--device", "/dev/kfd", "--device", "/dev/dri/renderD128"]'
+    )
+    pipeline = generate(project(tmp_path, ci), "--platforms", "rocm", "--suites", "pooling")
+    assert validate(tmp_path / "pipeline.yml").returncode == 0
+    docker = pipeline["steps"][0]["plugins"][0]["docker#v5.13.0"]
+    assert docker["devices"] == ["/dev/kfd", "/dev/dri/renderD128"]
+    assert "additional-groups" not in docker and "ipc" not in docker
 
 
 def test_bootstrap_pipeline_is_valid_and_uploads_the_generated_one():
@@ -133,6 +197,7 @@ import nox
 
 @nox.session(name="cpu_pooling")
 def cpu_pooling(session):
+    pathlib.Path("deadline.txt").write_text(os.environ["HARNESS_CI_DEADLINE"])
     if os.environ.get("WRITE_SUMMARY"):
         pathlib.Path("harness-out/pooling-cpu").mkdir(parents=True, exist_ok=True)
         pathlib.Path("harness-out/pooling-cpu/summary.md").write_text("# summary")
@@ -172,11 +237,15 @@ def test_generated_commands_run_the_nox_session_and_keep_its_exit_status(tmp_pat
         "EXIT": str(exit_code),
         "WRITE_SUMMARY": "1" if write_summary else "",
     }
+    started = time.time()
     done = subprocess.run(
         ["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == (1 if exit_code else 0), done.stdout + done.stderr  # nox's status, kept
     assert "Running session cpu_pooling" in done.stderr
+    # harness run gets the job's end: the step's timeout_in_minutes from when its commands started
+    deadline = float((tmp_path / "deadline.txt").read_text())
+    assert int(started) + 180 * 60 <= deadline <= time.time() + 180 * 60
     log = tmp_path / "agent.log"
     if write_summary:
         assert not log.exists()  # harness run annotates with its summary itself
@@ -233,6 +302,25 @@ def test_an_unsafe_suite_name_on_the_command_line_is_one_line_exit_2(tmp_path, c
         ),
         ('[tool.harness.suites.x]\npaths = ["t"]\nphases = [{name = "a b"}]', "phase name 'a b'"),
         ("[tool.harness.suites.x]\nmarkers = 'gpu'", "[tool.harness.suites.x] markers: unknown key"),
+        ('[tool.harness.ci.images]\nmetal = "m1"', "[tool.harness.ci.images] metal: unknown key"),
+        ('[tool.harness.ci.images]\ncuda = "vllm $(id)"', "[tool.harness.ci.images] cuda"),
+        ('[tool.harness.ci.images]\ncuda = "-v/:/host"', "[tool.harness.ci.images] cuda"),
+        (
+            '[tool.harness.ci.device_options]\ncuda = ["--gpus"]',
+            "[tool.harness.ci.device_options] cuda: expected flag, value pairs",
+        ),
+        (
+            '[tool.harness.ci.device_options]\ncuda = ["--privileged", "true"]',
+            "expected flag, value pairs with flags from --gpus",
+        ),
+        (
+            '[tool.harness.ci.device_options]\ncuda = ["--gpus", "all --privileged"]',
+            "[tool.harness.ci.device_options] cuda: expected letters",
+        ),
+        ('[tool.harness.ci.env]\n"A B" = "1"', "expected environment variable names, got 'A B'"),
+        ('[tool.harness.ci.env]\nHF_HOME = "$HOME"', "[tool.harness.ci.env] HF_HOME"),
+        ('[tool.harness.ci]\nmodel_cache = "cache"', "model_cache: expected an absolute path"),
+        ('[tool.harness.ci]\nmodel_cache = "/a:/etc"', "model_cache: expected an absolute path"),
     ],
 )
 def test_a_bad_ci_table_is_one_line_exit_2_naming_the_key(tmp_path, ci, says):

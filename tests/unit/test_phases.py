@@ -6,6 +6,7 @@ Each ``harness run`` here starts real pytest processes (and xdist workers) in a 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -13,6 +14,7 @@ from harness.cli import main as harness
 from harness.config.suites import Phase, parse_suite
 from harness.errors import ConfigError
 from harness.report.outcomes import worst
+from harness.run.process import REPORT_MARGIN_S, phase_timeout
 from tests.fakes import gpu
 
 pytest_plugins = ["pytester"]
@@ -182,6 +184,44 @@ def test_a_phase_past_its_timeout_is_stopped_and_the_next_phase_runs(project, py
     assert code == 2
     assert [line[0] for line in log(pytester)] == ["hangs", "hangs", "after"]
     assert 'name="test_before"' in (pytester.path / "out" / "junit" / "hangs.xml").read_text()
+
+
+ONE_HANGING_PHASE = """
+[[tool.harness.suites.models.phases]]
+name = "hangs"
+keywords = "test_hangs or test_before"
+workers = "serial"
+"""
+
+
+def test_the_ci_deadline_stops_a_phase_in_time_to_write_the_report(project, pytester, monkeypatch):
+    """No timeout_s: only HARNESS_CI_DEADLINE (3 s past the report margin from now) stops the phase."""
+    project(ONE_HANGING_PHASE, test_hang=HANGS)
+    monkeypatch.setenv("HARNESS_CI_DEADLINE", str(time.time() + REPORT_MARGIN_S + 3))
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 2
+    (hung,) = phases_json(pytester.path / "out")["phases"]
+    assert hung["timed_out"] and hung["wall_s"] < 3 + 10 + 5
+    assert (pytester.path / "out" / "report.json").is_file()
+    assert 'name="test_before"' in (pytester.path / "out" / "junit" / "hangs.xml").read_text()
+
+
+def test_the_phase_timeout_is_the_shorter_of_its_own_and_the_time_left_before_the_ci_deadline():
+    now = 1000.0
+    assert phase_timeout(None, None, now) is None
+    assert phase_timeout(60.0, None, now) == 60.0
+    assert phase_timeout(None, now + REPORT_MARGIN_S + 300, now) == 300.0
+    assert phase_timeout(60.0, now + REPORT_MARGIN_S + 300, now) == 60.0
+    assert phase_timeout(None, now, now) == 1.0  # past the deadline: stopped at once, the report written
+
+
+@pytest.mark.parametrize("value", ["soon", "nan", "inf"])
+def test_a_malformed_ci_deadline_is_a_one_line_error(project, capsys, monkeypatch, value):
+    project(test_shared=SHARED)
+    monkeypatch.setenv("HARNESS_CI_DEADLINE", value)
+    assert harness(["run", "--platform", "cpu", "models"]) == 2
+    assert capsys.readouterr().err == (
+        f"harness: error: HARNESS_CI_DEADLINE={value!r}: expected Unix time in seconds\n"
+    )
 
 
 def test_shards_split_the_suites_files_and_every_phase_keeps_to_its_shard(project, pytester):
