@@ -24,8 +24,8 @@ Venvs are pip-based: pip on the CPU machines is configured for the local CPU tor
 
 from __future__ import annotations
 
-import glob
 import os
+import shutil
 import tomllib
 
 import nox
@@ -123,11 +123,20 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff, the import-layers contract (import-linter), and actionlint (with shellcheck) on ci/github/."""
+    """ruff, the import-layers contract (import-linter), mypy, and actionlint (with shellcheck) and zizmor on
+    ci/github/ laid out as a repository's .github/workflows, so the example caller's inputs and secrets are
+    checked against the reusable workflow.
+    """
     if _installs(session):
         session.install(".[lint]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("lint-imports")
     session.run("mypy")  # over harness/, configured in pyproject [tool.mypy]
-    session.run("actionlint", *sorted(glob.glob("ci/github/*.yml")))
+    repository = os.path.join(session.create_tmp(), "workflows")
+    shutil.rmtree(repository, ignore_errors=True)
+    shutil.copytree("ci/github", os.path.join(repository, ".github", "workflows"))
+    os.mkdir(os.path.join(repository, ".git"))  # actionlint resolves ./.github/workflows/ from the root
+    with session.chdir(repository):
+        session.run("actionlint")
+        session.run("zizmor", "--offline", "--min-severity", "medium", ".github/workflows")

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 
+from harness.config.settings import CI_DEADLINE
 from harness.platform import PLATFORMS
+from tests.unit.actions_expressions import evaluate, to_string
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "ci" / "github"
@@ -61,6 +66,8 @@ def test_github_matrix_is_one_line_of_cells_with_unique_artifacts(project):
         "run_dir": "harness-out/pooling-cuda",
         "artifact": "harness-cuda-pooling",
         "queue": "gpu-cuda",
+        "image": "",  # no [tool.harness.ci.images]: every job runs on its runner
+        "container_options": "",
     }
     assert len({cell["artifact"] for cell in include}) == len(include)
     assert {cell["queue"] for cell in include if cell["platform"] == "rocm"} == {"mi300"}
@@ -122,13 +129,12 @@ def test_reusable_workflow_has_runner_labels_for_every_platform_and_a_hosted_cpu
     assert test["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.matrix) }}"
 
 
-def test_test_job_installs_nox_runs_the_session_and_uploads_a_unique_artifact():
+def test_test_job_checks_out_runs_the_session_and_uploads_a_unique_artifact():
     steps = workflow(REUSABLE)["jobs"]["test"]["steps"]
-    uses = [step.get("uses", "").split("@")[0] for step in steps]
-    assert uses[:2] == ["actions/checkout", "actions/setup-python"]
+    uses = [step["uses"].split("@")[0] for step in steps if "uses" in step]
+    assert uses == ["actions/checkout", "actions/setup-python", "actions/cache", "actions/upload-artifact"]
     runs = [step.get("run", "") for step in steps]
     assert any("pip install nox" in run for run in runs)
-    assert any('nox -s "$SESSION"' in run for run in runs)
     assert any("GITHUB_STEP_SUMMARY" in run for run in runs)
     upload = next(step for step in steps if step.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["if"] == "always()"
@@ -146,10 +152,11 @@ def test_no_expression_is_pasted_into_a_shell_script():
 
 def test_example_caller_passes_only_inputs_the_reusable_workflow_declares():
     inputs = workflow(REUSABLE)["on"]["workflow_call"]["inputs"]
+    secrets = workflow(REUSABLE)["on"]["workflow_call"]["secrets"]
     (job,) = workflow(CALLER)["jobs"].values()
     assert job["uses"] == "./.github/workflows/harness.yml"
     assert set(job["with"]) <= set(inputs)
-    assert "'cpu'" in job["with"]["platforms"]  # a fork without GPU runners still runs the cpu cells
+    assert set(job["secrets"]) <= set(secrets)
 
 
 def matrix_step_script() -> str:
@@ -192,3 +199,221 @@ def test_the_matrix_step_fails_the_job_on_an_unsafe_input(project):
     assert done.returncode == 2
     assert "harness: error: suite name" in done.stderr
     assert not (project / "pwned").exists()
+
+
+# The example caller as GitHub runs it: its `with:` expressions, evaluated for an event, become the
+# reusable workflow's inputs; the matrix step's env is evaluated the same way and its script run by bash.
+UPSTREAM = "vllm-project/vllm"
+
+
+def github_context(event_name: str, repository: str, head: str | None = None) -> dict:
+    """The ``github`` context of an event; a pull request's head repository is None once a fork is deleted."""
+    event = {}
+    if event_name == "pull_request":
+        event = {"pull_request": {"number": 7, "head": {"repo": head and {"full_name": head}}}}
+    return {
+        "event_name": event_name,
+        "repository": repository,
+        "repository_owner": repository.split("/")[0],
+        "workflow": "model tests",
+        "ref": "refs/pull/7/merge" if event else "refs/heads/main",
+        "event": event,
+    }
+
+
+def caller_inputs(github: dict) -> dict:
+    inputs = {
+        name: spec.get("default")
+        for name, spec in workflow(REUSABLE)["on"]["workflow_call"]["inputs"].items()
+    }
+    (job,) = workflow(CALLER)["jobs"].values()
+    return inputs | {name: evaluate(value, {"github": github}) for name, value in job["with"].items()}
+
+
+def scheduled(project: Path, github: dict, inputs: dict) -> list[dict]:
+    """The cells the reusable workflow's matrix job writes to $GITHUB_OUTPUT for this event and inputs."""
+    step = next(step for step in workflow(REUSABLE)["jobs"]["matrix"]["steps"] if step.get("id") == "matrix")
+    contexts = {"github": github, "inputs": inputs}
+    env = {name: to_string(evaluate(str(value), contexts)) for name, value in step["env"].items()}
+    output = project / "github_output"
+    output.unlink(missing_ok=True)
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    done = subprocess.run(
+        ["bash", "-e", "-c", step["run"]],
+        cwd=project,
+        env={**os.environ, **env, "PATH": path, "GITHUB_OUTPUT": str(output)},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(output.read_text().split("=", 1)[1])["include"]
+
+
+@pytest.mark.parametrize(
+    ("event", "repository", "head", "platforms"),
+    [
+        ("pull_request", UPSTREAM, "someone/vllm", {"cpu"}),  # a fork's pull request
+        ("pull_request", UPSTREAM, None, {"cpu"}),  # ... whose fork was deleted since
+        ("pull_request", UPSTREAM, UPSTREAM, {"cuda", "rocm", "cpu"}),  # a branch of the upstream repository
+        ("push", UPSTREAM, None, {"cuda", "rocm", "cpu"}),
+        ("push", "someone/vllm", None, {"cpu"}),  # a fork's own push: it has no GPU runners
+    ],
+)
+def test_the_example_caller_schedules_no_gpu_cell_for_a_pull_request_from_a_fork(
+    project, event, repository, head, platforms
+):
+    github = github_context(event, repository, head)
+    cells = scheduled(project, github, caller_inputs(github))
+    assert {cell["platform"] for cell in cells} == platforms
+
+
+def test_the_reusable_workflow_keeps_a_fork_off_the_gpus_whatever_the_caller_asks(project):
+    github = github_context("pull_request", UPSTREAM, "someone/vllm")
+    inputs = caller_inputs(github) | {"platforms": "cuda,rocm,cpu"}
+    assert {cell["platform"] for cell in scheduled(project, github, inputs)} == {"cpu"}
+    same_repo = github_context("pull_request", UPSTREAM, UPSTREAM)
+    assert {cell["platform"] for cell in scheduled(project, same_repo, inputs)} == {"cuda", "rocm", "cpu"}
+
+
+IMAGES = """
+[tool.harness.ci]
+model_cache = "/mnt/hf-cache"
+[tool.harness.ci.images]
+cuda = "vllm/vllm-openai:v0.26.0"
+rocm = "rocm/vllm-ci:v0.26.0"
+"""
+
+NOX_STUB = """#!/bin/sh
+# Stands in for nox: records its arguments and the token it was given.
+printf '%s\\n' "$*" "$HF_TOKEN" > "$NOX_LOG"
+"""
+
+
+def test_a_matrix_with_images_runs_each_cell_in_its_platforms_container(project, tmp_path):
+    with open(project / "pyproject.toml", "a") as file:
+        file.write(IMAGES)
+    done = harness(project, "ci", "matrix", "--format", "github", "--suites", "pooling")
+    assert done.returncode == 0, done.stderr
+    rows = {row["platform"]: row for row in json.loads(done.stdout)["include"]}
+    job = workflow(REUSABLE)["jobs"]["test"]
+    inputs = caller_inputs(github_context("push", UPSTREAM))
+    containers = {
+        platform: {key: evaluate(value, {"matrix": row}) for key, value in job["container"].items()}
+        for platform, row in rows.items()
+    }
+    cache = ["--env", "HF_HOME=/model-cache", "--volume", "/mnt/hf-cache:/model-cache"]
+    assert containers["cuda"]["image"] == "vllm/vllm-openai:v0.26.0"
+    assert containers["cuda"]["options"].split() == ["--gpus", "all", "--ipc", "host", *cache]
+    assert containers["rocm"]["image"] == "rocm/vllm-ci:v0.26.0"
+    assert containers["rocm"]["options"].split() == [
+        *("--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video", "--ipc", "host"),
+        *cache,
+    ]
+    assert containers["cpu"] == {"image": "", "options": ""}  # an empty image: the job runs on the runner
+    runs_on = {p: evaluate(job["runs-on"], {"matrix": row, "inputs": inputs}) for p, row in rows.items()}
+    assert runs_on == {
+        "cuda": ["self-hosted", "linux", "h100"],
+        "rocm": ["self-hosted", "linux", "mi300"],
+        "cpu": ["ubuntu-latest"],
+    }
+    steps = {step.get("name", step.get("uses", "")).split("@")[0]: step for step in job["steps"]}
+    setup_python = steps["actions/setup-python"]["if"]
+    assert {p: evaluate(f"${{{{ {setup_python} }}}}", {"matrix": row}) for p, row in rows.items()} == {
+        "cuda": False,  # the image brings its Python and test stack
+        "rocm": False,
+        "cpu": True,
+    }
+    nox_step = next(step for name, step in steps.items() if name.startswith("nox -s"))
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "nox").write_text(NOX_STUB)
+    (stub / "nox").chmod(0o755)
+    for platform, row in rows.items():
+        contexts = {"matrix": row, "inputs": inputs, "secrets": {"HF_TOKEN": "hf_secret"}}
+        env = {name: to_string(evaluate(str(value), contexts)) for name, value in nox_step["env"].items()}
+        env |= {
+            "PATH": os.pathsep.join([str(stub), os.environ["PATH"]]),
+            "NOX_LOG": str(tmp_path / "nox.log"),
+        }
+        done = subprocess.run(["bash", "-e", "-c", nox_step["run"]], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        args, token = (tmp_path / "nox.log").read_text().splitlines()
+        assert args == f"-s {platform}_pooling" + ("" if platform == "cpu" else " --no-venv")
+        assert token == "hf_secret"
+
+
+USES = re.compile(r"^\s*(?:-\s*)?uses:\s*(\S+)(.*)$")
+
+
+def test_actions_are_pinned_to_a_commit_and_checkouts_keep_no_credentials():
+    for path in (REUSABLE, CALLER):
+        for line in path.read_text().splitlines():
+            match = USES.match(line)
+            if match and not match.group(1).startswith("./"):
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", match.group(1)), line
+                assert re.fullmatch(r" # v\d+(\.\d+)*", match.group(2)), line  # the release it is
+        for job in workflow(path)["jobs"].values():
+            for step in job.get("steps", []):
+                if step.get("uses", "").startswith("actions/checkout@"):
+                    assert step["with"]["persist-credentials"] is False
+
+
+def test_hf_token_is_a_secret_never_an_input():
+    call = workflow(REUSABLE)["on"]["workflow_call"]
+    assert call["secrets"]["HF_TOKEN"]["required"] is False
+    assert not [name for name in call["inputs"] if "token" in name.lower()]
+    (job,) = workflow(CALLER)["jobs"].values()
+    assert job["secrets"] == {"HF_TOKEN": "${{ secrets.HF_TOKEN }}"}
+
+
+def test_a_new_push_cancels_the_pull_requests_running_jobs_but_not_mains():
+    concurrency = workflow(CALLER)["concurrency"]
+
+    def evaluated(github: dict) -> tuple:
+        return tuple(
+            evaluate(str(concurrency[key]), {"github": github}) for key in ("group", "cancel-in-progress")
+        )
+
+    pull_request = github_context("pull_request", UPSTREAM, UPSTREAM)
+    other = github_context("pull_request", UPSTREAM, UPSTREAM)
+    other["event"]["pull_request"]["number"] = 8
+    assert evaluated(pull_request) == ("model tests-7", True)
+    assert evaluated(other)[0] != evaluated(pull_request)[0]
+    assert evaluated(github_context("push", UPSTREAM)) == ("model tests-refs/heads/main", False)
+
+
+def test_the_cpu_stack_is_cached_keyed_on_pyproject_and_noxfile():
+    job = workflow(REUSABLE)["jobs"]["test"]
+    cache = next(step for step in job["steps"] if step.get("uses", "").startswith("actions/cache@"))
+    assert cache["with"]["path"] == ".nox/.cache/cpu-stack"  # the noxfile's shared CPU venv
+    assert "hashFiles('pyproject.toml', 'noxfile.py')" in cache["with"]["key"]
+    assert "steps.python.outputs.python-version" in cache["with"]["key"]  # a venv holds its Python's path
+    rows = [
+        {"platform": "cpu", "image": ""},
+        {"platform": "cpu", "image": "x"},
+        {"platform": "cuda", "image": ""},
+    ]
+    assert [evaluate(f"${{{{ {cache['if']} }}}}", {"matrix": row}) for row in rows] == [True, False, False]
+
+
+def test_the_harness_package_defaults_to_the_released_distribution_in_both_ci_systems():
+    """One pin per CI system, both this project's own name and version (pyproject's [project])."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirement = f"{project['name']}=={project['version']}"
+    assert workflow(REUSABLE)["on"]["workflow_call"]["inputs"]["harness-package"]["default"] == requirement
+    bootstrap = yaml.safe_load((ROOT / "ci" / "buildkite" / "pipeline.yml").read_text())["steps"][0]
+    assert f"pip install --quiet '{requirement}'" in bootstrap["commands"][0]
+
+
+def test_the_deadline_step_gives_harness_run_the_jobs_timeout_from_now(tmp_path):
+    job = workflow(REUSABLE)["jobs"]["test"]
+    step = job["steps"][0]
+    assert step["name"] == "Deadline for harness run"  # first, so the job's setup counts against it
+    timeout = evaluate(job["timeout-minutes"], {"inputs": {"timeout-minutes": 45}})
+    env = {**os.environ, "TIMEOUT_MINUTES": to_string(timeout), "GITHUB_ENV": str(tmp_path / "env")}
+    started = int(time.time())
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    name, value = (tmp_path / "env").read_text().strip().split("=")
+    assert name == CI_DEADLINE
+    assert started + 45 * 60 <= int(value) <= time.time() + 45 * 60
