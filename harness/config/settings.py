@@ -76,14 +76,5 @@ def load_settings(
 
 
 def ci_deadline(env: Mapping[str, str] = os.environ) -> float | None:
-    """``HARNESS_CI_DEADLINE`` as a number, or None where it is not set."""
-    text = env.get(CI_DEADLINE, "").strip()
-    if not text:
-        return None
-    try:
-        deadline = float(text)
-    except ValueError:
-        deadline = math.nan
-    if not math.isfinite(deadline):
-        raise ConfigError(f"{CI_DEADLINE}={text!r}: expected Unix time in seconds")
-    return deadline
+    """``HARNESS_CI_DEADLINE`` (Unix time in seconds) as a number, or None where it is not set."""
+    return from_text(CI_DEADLINE, env[CI_DEADLINE], float | None) if CI_DEADLINE in env else None

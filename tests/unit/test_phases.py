@@ -214,14 +214,14 @@ def test_the_phase_timeout_is_the_shorter_of_its_own_and_the_time_left_before_th
     assert phase_timeout(None, now, now) == 1.0  # past the deadline: stopped at once, the report written
 
 
-@pytest.mark.parametrize("value", ["soon", "nan", "inf"])
-def test_a_malformed_ci_deadline_is_a_one_line_error(project, capsys, monkeypatch, value):
+@pytest.mark.parametrize(
+    ("value", "says"), [("soon", "a number or null, got 'soon'"), ("nan", "a finite number, got nan")]
+)
+def test_a_malformed_ci_deadline_is_a_one_line_error(project, capsys, monkeypatch, value, says):
     project(test_shared=SHARED)
     monkeypatch.setenv("HARNESS_CI_DEADLINE", value)
     assert harness(["run", "--platform", "cpu", "models"]) == 2
-    assert capsys.readouterr().err == (
-        f"harness: error: HARNESS_CI_DEADLINE={value!r}: expected Unix time in seconds\n"
-    )
+    assert capsys.readouterr().err == f"harness: error: HARNESS_CI_DEADLINE: expected {says}\n"
 
 
 def test_shards_split_the_suites_files_and_every_phase_keeps_to_its_shard(project, pytester):
