@@ -298,9 +298,12 @@ def test_an_unsafe_suite_name_on_the_command_line_is_one_line_exit_2(tmp_path, c
         ('[tool.harness.suites."po oling"]', "suite name 'po oling'"),
         (
             '[tool.harness.suites.x]\npaths = ["t"]\nphases = [{name = "a$b"}]',
-            "[tool.harness.suites.x] phase name",
+            "[tool.harness.suites.x] phases[0] name: expected letters",
         ),
-        ('[tool.harness.suites.x]\npaths = ["t"]\nphases = [{name = "a b"}]', "phase name 'a b'"),
+        (
+            '[tool.harness.suites.x]\npaths = ["t"]\nphases = [{name = "a b"}]',
+            "name: expected letters, digits",
+        ),
         ("[tool.harness.suites.x]\nmarkers = 'gpu'", "[tool.harness.suites.x] markers: unknown key"),
         ('[tool.harness.ci.images]\nmetal = "m1"', "[tool.harness.ci.images] metal: unknown key"),
         ('[tool.harness.ci.images]\ncuda = "vllm $(id)"', "[tool.harness.ci.images] cuda"),
