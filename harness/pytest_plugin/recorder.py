@@ -18,6 +18,7 @@ import pytest
 from harness import ledger
 from harness.ledger.records import Record
 from harness.pytest_plugin import crashes
+from harness.pytest_plugin.membership import Membership
 from harness.pytest_plugin.workers import is_controller, process_context, worker_event, worker_id
 from harness.runners import HfRunner, VllmRunner
 from harness.tracking import patches, starts
@@ -39,6 +40,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default: $HARNESS_LEDGER_DIR, else a new temporary directory)",
     )
     group.addoption("--no-harness", action="store_true", help="do not record runners or check admission")
+    group.addoption(
+        "--harness-phases",
+        default=None,
+        metavar="FILE",
+        help="with --collect-only: write each phase's node ids into FILE's phase list (harness run)",
+    )
 
 
 def _enabled(config: pytest.Config) -> bool:
@@ -46,6 +53,9 @@ def _enabled(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("harness_phases"):  # harness run's one collection: it records nothing
+        config.pluginmanager.register(Membership(Path(config.getoption("harness_phases"))), "harness-phases")
+        return
     if config.getoption("no_harness"):
         return
     here = process_context(config)  # a broken [tool.harness] or device mask is a usage error

@@ -120,13 +120,15 @@ markers = "no_such_marker"
 
 [[tool.harness.suites.models.phases]]
 name = "last"
-keywords = "test_ok"
+keywords = "test_late"
 workers = "serial"
 """
+OK = "def test_ok():\n    pass\n"
+LATE = "def test_late():\n    pass\n"
 
 
 def test_a_failing_phase_does_not_stop_the_run_and_sets_the_exit_code(project, pytester):
-    project(PHASES, test_ok="def test_ok():\n    pass\n", test_fails=FAILS)
+    project(PHASES, test_ok=OK, test_late=LATE, test_fails=FAILS)
     assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 1
     meta = phases_json(pytester.path / "out")
     assert [(p["name"], p["exit_code"]) for p in meta["phases"]] == [
@@ -139,15 +141,18 @@ def test_a_failing_phase_does_not_stop_the_run_and_sets_the_exit_code(project, p
 
 
 def test_fail_fast_stops_after_the_failing_phase(project, pytester):
-    project(PHASES, test_ok="def test_ok():\n    pass\n", test_fails=FAILS)
+    project(PHASES, test_ok=OK, test_late=LATE, test_fails=FAILS)
     assert harness(["run", "--platform", "cpu", "--out", "out", "--fail-fast", "models"]) == 1
     assert [p["name"] for p in phases_json(pytester.path / "out")["phases"]] == ["first", "failing"]
 
 
 def test_an_empty_phase_is_not_a_failure(project, pytester):
-    project(PHASES, test_ok="def test_ok():\n    pass\n")
+    project(PHASES, test_ok=OK, test_late=LATE)
     assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
-    assert [p["exit_code"] for p in phases_json(pytester.path / "out")["phases"]] == [0, 5, 5, 0]
+    phases = phases_json(pytester.path / "out")["phases"]
+    assert [p["exit_code"] for p in phases] == [0, 5, 5, 0]
+    assert [p["selected"] for p in phases] == [1, 0, 0, 1]
+    assert [p["args"] != [] for p in phases] == [True, False, False, True]  # no pytest for an empty one
 
 
 @pytest.mark.parametrize(
