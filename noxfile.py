@@ -3,9 +3,9 @@
 Each suite session installs its platform's stack, then runs ``harness run <suite> --platform <p>``;
 ``nox -s cpu_pooling -- -x`` passes ``-x`` through to pytest. With ``--no-venv`` (or
 ``--force-venv-backend none``) a session installs nothing and runs in the current environment, as GPU CI
-does in a prebuilt image. Every session but ``cpu_vllm_upstream`` (it downloads vLLM's sdist) is selected by default, so
-``nox -l --json`` lists them for CI generators; pick with ``-s`` or by tag (``-t cpu``, ``-t gpu``,
-``-t pooling``).
+does in a prebuilt image. Every session but ``cpu_vllm_upstream`` (it downloads vLLM's sdist) is selected
+by default, so ``nox -l --json`` lists them for CI generators; pick with ``-s`` or by tag (``-t cpu``,
+``-t gpu``, ``-t pooling``).
 
 Venvs are pip-based: pip on the CPU machines is configured for the local CPU torch wheels (uv is not).
 

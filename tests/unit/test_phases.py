@@ -292,7 +292,10 @@ CORE = (
 )
 
 
-@pytest.mark.parametrize("selection", [["-m", "core_model"], ["-k", "test_a or test_alone"], ["-mcore_model"]])
+SELECTIONS = [["-m", "core_model"], ["-k", "test_a or test_alone"], ["-mcore_model"]]
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
 def test_selection_after_the_dashes_narrows_every_phase_and_runs_each_test_once(project, pytester, selection):
     project(test_core=CORE)
     assert harness(["run", "--platform", "cpu", "--out", "out", "models", "--", *selection]) == 0
@@ -325,7 +328,8 @@ def test_a_test_two_phases_select_runs_in_the_first_only(project, pytester):
     ]
     rest = phases_json(pytester.path / "out")["phases"][1]
     assert "--deselect=tests/test_core.py::test_a" in rest["args"]
-    assert [f["type"] for f in json.loads((pytester.path / "out" / "report.json").read_text())["findings"]] == []
+    report = json.loads((pytester.path / "out" / "report.json").read_text())
+    assert [f["type"] for f in report["findings"]] == []
 
 
 # Every pytest process the run starts appends "<phase> <numprocesses> <role>" to configured.txt.
