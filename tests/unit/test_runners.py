@@ -110,3 +110,18 @@ def test_the_move_to_the_device_is_inside_the_recorded_load(llama, tmp_path, mon
     assert moved_after[-1] == "runner-start"  # recorded, not yet started: the move is part of the start
     (record,) = read(tmp_path).records
     assert record["config"]["class"] == "AutoModelForCausalLM" and record["outcome"] == "started"
+
+
+@needs_minilm
+def test_cross_encoder_predict_and_classify_return_vllms_shapes():
+    """A BERT with a fresh 2-class head: only shapes and the softmax are the runner's to get right."""
+    from transformers import AutoModelForSequenceClassification
+
+    pairs = [[PROMPTS[0], PROMPTS[1]], [PROMPTS[1], PROMPTS[0]]]
+    with HfRunner(MINILM, dtype="float32", is_cross_encoder=True) as hf:
+        scores = hf.predict(pairs)
+    assert scores.shape[0] == 2 and scores.dtype.is_floating_point
+    with HfRunner(MINILM, dtype="float32", auto_cls=AutoModelForSequenceClassification) as hf:
+        probs = hf.classify(PROMPTS)
+    assert [len(p) for p in probs] == [2, 2]
+    np.testing.assert_allclose([sum(p) for p in probs], 1.0, atol=1e-6)
