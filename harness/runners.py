@@ -68,6 +68,7 @@ class VllmRunner:
         gpu_memory_utilization: float | None = None,
         **kwargs: Any,
     ) -> None:
+        __tracebackhide__ = True
         from vllm import LLM
 
         self.platform, self.settings = _environment()
@@ -252,6 +253,7 @@ class HfRunner:
         auto_cls: Any = None,
         tokenizer_name: str | None = None,
     ) -> None:
+        __tracebackhide__ = True
         import torch
 
         self.platform, self.settings = _environment()
