@@ -29,9 +29,7 @@ class Membership:
         members = {}
         try:
             for phase in table["phases"]:
-                # a path may be a node id (file.py::test): its file's tests count, the phase's run narrows
-                roots = [Path(p.split("::")[0]).resolve() for p in phase["paths"]]
-                chosen = [i for i in items if any(i.path.is_relative_to(r) for r in roots)]
+                chosen = [i for i in items if any(_under(i, path) for path in phase["paths"])]
                 config.option.markexpr = phase["markers"] or ""
                 config.option.keyword = phase["keywords"] or ""
                 mark.pytest_collection_modifyitems(items=chosen, config=config)
@@ -39,3 +37,13 @@ class Membership:
         finally:
             config.option.markexpr, config.option.keyword = saved
         self.path.write_text(json.dumps({**table, "members": members}, indent=1) + "\n")
+
+
+def _under(item: pytest.Item, path: str) -> bool:
+    """Whether ``path`` as given on pytest's command line (a directory, a file, or ``file::name``) names
+    ``item``; relative paths are from the current directory, as in the phase's own run."""
+    file, _, name = path.partition("::")
+    if not item.path.is_relative_to(Path(file).resolve()):
+        return False
+    within = item.nodeid.partition("::")[2]
+    return not name or within == name or within.startswith((f"{name}::", f"{name}["))

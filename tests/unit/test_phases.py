@@ -376,3 +376,22 @@ def test_a_collection_that_fails_runs_every_phase_so_each_shows_the_error(projec
     assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 2
     phases = phases_json(pytester.path / "out")["phases"]
     assert [(p["selected"], p["exit_code"]) for p in phases] == [(None, 2)] * 3
+
+
+NODE_PATHS = """
+[[tool.harness.suites.models.phases]]
+name = "one"
+paths = ["tests/test_shared.py::test_a"]
+
+[[tool.harness.suites.models.phases]]
+name = "rest"
+"""
+
+
+def test_a_phase_path_naming_one_test_takes_only_that_test(project, pytester):
+    project(NODE_PATHS, test_shared=SHARED)
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
+    assert sorted((line[0], line[3]) for line in log(pytester)) == [
+        ("one", "tests/test_shared.py::test_a"),
+        ("rest", "tests/test_shared.py::test_b"),
+    ]
