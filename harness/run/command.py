@@ -3,7 +3,9 @@
 A phase is one ``python -m pytest`` process, so the memory a phase's runners held is given back (the
 process is gone) before the next phase starts, whatever the tests leaked. Phases run in order and the run
 goes on after a failing one unless ``--fail-fast``; the exit code is the worst phase's, where pytest's 5
-(nothing collected: a shard or selection with no tests) counts as success.
+(nothing collected: a shard or selection with no tests) counts as success. Before the first phase one
+collection says what each phase selects (``harness.run.selection``): a phase that selects nothing is not
+started, and a test runs in the first phase that selects it only.
 """
 
 from __future__ import annotations
