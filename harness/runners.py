@@ -1,8 +1,13 @@
 """``VllmRunner`` and ``HfRunner``: the two model runners a suite compares, as context managers.
 
-The API follows vLLM's own ``tests/conftest.py`` so a vLLM-style suite reads naturally, with two
-differences that make comparisons simpler: generated ids are the *new* tokens only (no prompt), and
-every method takes a list of prompts and returns one plain Python/NumPy result per prompt.
+Their API is vLLM 0.32's ``tests/conftest.py`` for text models (names, arguments, return shapes), so a test
+written against vLLM's conftest runs against the harness's ``vllm_runner`` / ``hf_runner`` unchanged:
+``generate`` and ``generate_greedy`` give prompt + output as vLLM does, ``generate_greedy_logprobs`` vLLM's
+``Logprob`` dicts, ``HfRunner.generate_greedy_logprobs_limit`` the HF side of that comparison.
+Differences kept on purpose (README, "Adopting the harness in a vLLM-style tree"): ``enforce_eager`` is True,
+the CPU's ``gpu_memory_utilization`` is 0.3, ``max_model_len`` is the model's, vLLM's other engine defaults
+stand; no multimodal inputs; HF logprobs come from the logits ``generate`` returns; ``embed`` and
+``token_embed`` on ``HfRunner`` are the harness's own.
 
 When the harness plugin is active, ``harness.tracking`` records every ``vllm.LLM`` construction and engine
 shutdown and every HF model load, whoever builds them; ``HfRunner`` only widens its load's start to take in
@@ -18,6 +23,7 @@ from typing import Any
 
 from harness.memory.waits import settle
 from harness.platform import allocator
+from harness.tracking import patches, starts
 from harness.tracking.context import current
 from harness.tracking.starts import normalise, starting
 
@@ -33,6 +39,15 @@ def _free() -> None:
     allocator.empty_cache()
 
 
+def _environment():
+    """This process's platform and settings; a test's spawned process (no plugin there) records its runners
+    into the test's ledger from here on."""
+    context = current()
+    if starts.adopt(context) is not None:
+        patches.install()
+    return context.platform, context.settings
+
+
 class VllmRunner:
     """One vLLM engine (``vllm.LLM``) for the life of the ``with`` block; ``.llm`` for everything else.
 
@@ -42,26 +57,38 @@ class VllmRunner:
 
     def __init__(
         self,
-        model: str,
-        runner: str = "generate",
-        dtype: str = "auto",
+        model_name: str,
+        runner: str = "auto",
+        convert: str = "auto",
+        tokenizer_name: str | None = None,
+        trust_remote_code: bool = True,
         max_model_len: int | None = None,
+        dtype: str = "auto",
         enforce_eager: bool = True,
         gpu_memory_utilization: float | None = None,
-        **engine_kwargs: Any,
+        **kwargs: Any,
     ) -> None:
+        __tracebackhide__ = True
         from vllm import LLM
 
-        context = current()
-        self.platform, self.settings = context.platform, context.settings
+        self.platform, self.settings = _environment()
         if gpu_memory_utilization is None:
             gpu_memory_utilization = GPU_MEMORY_UTILIZATION.get(self.platform.name)
         if gpu_memory_utilization is not None:
-            engine_kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if max_model_len is not None:
-            engine_kwargs["max_model_len"] = max_model_len
-        self.model = model
-        self.llm = LLM(model, runner=runner, dtype=dtype, enforce_eager=enforce_eager, **engine_kwargs)
+            kwargs["max_model_len"] = max_model_len
+        self.model = model_name
+        self.llm = LLM(
+            model=model_name,
+            runner=runner,
+            convert=convert,
+            tokenizer=tokenizer_name,
+            trust_remote_code=trust_remote_code,
+            dtype=dtype,
+            enforce_eager=enforce_eager,
+            **kwargs,
+        )
 
     def __enter__(self) -> VllmRunner:
         return self
@@ -85,110 +112,183 @@ class VllmRunner:
         cleanup_dist_env_and_memory()
         settle(self.platform, self.settings)
 
-    # --- generation ------------------------------------------------------------------------------------
+    def get_llm(self):
+        return self.llm
 
-    def generate_greedy(self, prompts: list, max_tokens: int) -> list[tuple[list[int], str]]:
-        """Greedy decoding: per prompt, the new token ids and their text."""
-        from vllm import SamplingParams
+    def apply_model(self, func) -> list:
+        """``func(model)`` on every worker's model, as ``LLM.apply_model``."""
+        return self.llm.apply_model(func)
 
-        outputs = self.llm.generate(
-            prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens), use_tqdm=False
-        )
-        return [(list(o.outputs[0].token_ids), o.outputs[0].text) for o in outputs]
-
-    def generate_greedy_logprobs(
-        self, prompts: list, max_tokens: int, num_logprobs: int
-    ) -> list[tuple[list[int], str, list[dict[int, float]]]]:
-        """Greedy decoding with, per generated position, ``{token id: logprob}`` of the top tokens."""
-        from vllm import SamplingParams
-
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=num_logprobs)
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+    @staticmethod
+    def get_inputs(prompts: list) -> list[dict]:
+        """vLLM prompt dicts: text, token ids, or a prompt dict as given (no multimodal data here)."""
         return [
-            (
-                list(o.outputs[0].token_ids),
-                o.outputs[0].text,
-                [{t: lp.logprob for t, lp in step.items()} for step in o.outputs[0].logprobs],
-            )
-            for o in outputs
+            dict(p)
+            if isinstance(p, dict)
+            else {"prompt_token_ids": p}
+            if isinstance(p, list)
+            else {"prompt": p}
+            for p in prompts
         ]
 
+    # --- generation ------------------------------------------------------------------------------------
+
+    def generate(self, prompts: list, sampling_params, return_logprobs: bool = False, **kwargs: Any):
+        """Per prompt ``([prompt + output ids per sample], [prompt + output text per sample])``; with
+        ``return_logprobs`` also, per prompt, its prompt logprobs then every sample's logprobs."""
+        kwargs.setdefault("use_tqdm", False)
+        outputs, logprobs = [], []
+        for request in self.llm.generate(self.get_inputs(prompts), sampling_params=sampling_params, **kwargs):
+            prompt_ids, prompt_text = list(request.prompt_token_ids or []), request.prompt or ""
+            ids = [prompt_ids + list(sample.token_ids) for sample in request.outputs]
+            outputs.append((ids, [prompt_text + sample.text for sample in request.outputs]))
+            samples = [step for sample in request.outputs for step in sample.logprobs or []]
+            logprobs.append([*(request.prompt_logprobs or []), *samples])
+        return (outputs, logprobs) if return_logprobs else outputs
+
+    def generate_greedy(self, prompts: list, max_tokens: int, **kwargs: Any) -> list[tuple[list[int], str]]:
+        """Greedy decoding: per prompt, (prompt + output ids, prompt + output text)."""
+        from vllm import SamplingParams
+
+        outputs = self.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens), **kwargs)
+        return [(ids[0], texts[0]) for ids, texts in outputs]
+
+    def generate_w_logprobs(
+        self, prompts: list, sampling_params, include_prompt_token_ids: bool = False, **kwargs: Any
+    ) -> list[tuple]:
+        """Per prompt ``(output ids, output text, logprobs[, prompt ids], prompt logprobs)``; the prompt
+        logprobs only when the sampling parameters ask for them (vLLM's shape)."""
+        kwargs.setdefault("use_tqdm", False)
+        rows = []
+        for request in self.llm.generate(self.get_inputs(prompts), sampling_params=sampling_params, **kwargs):
+            sample = request.outputs[-1]
+            row = (list(sample.token_ids), sample.text, sample.logprobs)
+            if include_prompt_token_ids:
+                row += (request.prompt_token_ids,)
+            rows.append(row + (request.prompt_logprobs,))
+        return [row[:-1] for row in rows] if sampling_params.prompt_logprobs is None else rows
+
+    def generate_greedy_logprobs(
+        self,
+        prompts: list,
+        max_tokens: int,
+        num_logprobs: int | None,
+        num_prompt_logprobs: int | None = None,
+        stop_token_ids: list[int] | None = None,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[tuple]:
+        """Greedy decoding with per generated position ``{token id: Logprob}`` of the top tokens."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            temperature=0.0,
+            max_tokens=max_tokens,
+            logprobs=num_logprobs,
+            prompt_logprobs=num_prompt_logprobs,
+            stop_token_ids=stop_token_ids,
+            stop=stop,
+        )
+        return self.generate_w_logprobs(prompts, params, **kwargs)
+
     def generate_beam_search(
-        self, prompts: list[str], beam_width: int, max_tokens: int
-    ) -> list[list[tuple[list[int], str]]]:
-        """Beam search: per prompt, ``beam_width`` beams best first, each (new token ids, text)."""
+        self, prompts: list, beam_width: int, max_tokens: int, concurrency_limit: int | None = None
+    ) -> list[tuple[list[list[int]], list[str]]]:
+        """Beam search: per prompt ``([ids per beam], [text per beam])``, best first, prompt included."""
         from vllm.sampling_params import BeamSearchParams
 
-        tokenizer = self.llm.get_tokenizer()
         outputs = self.llm.beam_search(
-            [{"prompt": p} for p in prompts], BeamSearchParams(beam_width=beam_width, max_tokens=max_tokens)
+            self.get_inputs(prompts),
+            BeamSearchParams(beam_width=beam_width, max_tokens=max_tokens),
+            concurrency_limit=concurrency_limit,
         )
-        beams = []
-        for prompt, output in zip(prompts, outputs, strict=True):
-            start = len(tokenizer(prompt)["input_ids"])
-            new = [list(s.tokens[start:]) for s in output.sequences]
-            beams.append([(ids, tokenizer.decode(ids, skip_special_tokens=True)) for ids in new])
-        return beams
+        return [([list(s.tokens) for s in o.sequences], [s.text for s in o.sequences]) for o in outputs]
 
     # --- pooling ---------------------------------------------------------------------------------------
 
-    def embed(self, prompts: list, **kwargs: Any) -> list[list[float]]:
+    def embed(self, prompts: list, *args: Any, **kwargs: Any) -> list[list[float]]:
         """One pooled embedding per prompt (``tokenization_kwargs``, ``pooling_params`` pass through)."""
-        return [o.outputs.embedding for o in self.llm.embed(prompts, use_tqdm=False, **kwargs)]
+        kwargs.setdefault("use_tqdm", False)
+        return [o.outputs.embedding for o in self.llm.embed(self.get_inputs(prompts), *args, **kwargs)]
 
     def token_embed(self, prompts: list, **kwargs: Any) -> list:
-        """Per prompt a float32 NumPy array (tokens × hidden); needs an engine whose pooling task is
-        ``token_embed`` (``pooler_config=PoolerConfig(task="token_embed")`` for an embedding model)."""
-        outputs = self.llm.encode(prompts, pooling_task="token_embed", use_tqdm=False, **kwargs)
-        return [o.outputs.data.float().cpu().numpy() for o in outputs]
+        """Per prompt a tensor (tokens × hidden); needs an engine whose pooling task is ``token_embed``
+        (``pooler_config=PoolerConfig(task="token_embed")`` for an embedding model)."""
+        return self._encode(prompts, "token_embed", **kwargs)
 
-    def score(self, queries, documents, **kwargs: Any) -> list[float]:
+    def token_classify(self, prompts: list, **kwargs: Any) -> list:
+        """Per prompt a tensor (tokens × classes); vLLM 0.32 reads reward models this way too."""
+        return self._encode(prompts, "token_classify", **kwargs)
+
+    def _encode(self, prompts: list, task: str, **kwargs: Any) -> list:
+        kwargs.setdefault("use_tqdm", False)
+        return [o.outputs.data for o in self.llm.encode(prompts, pooling_task=task, **kwargs)]
+
+    def score(self, text_1, text_2, *args: Any, **kwargs: Any) -> list[float]:
         """vLLM's scoring API, 1:1, 1:N or N:N: cosine (embed), MaxSim (token_embed) or cross-encoder,
         whichever the engine's pooling task selects."""
-        return [o.outputs.score for o in self.llm.score(queries, documents, use_tqdm=False, **kwargs)]
+        kwargs.setdefault("use_tqdm", False)
+        return [o.outputs.score for o in self.llm.score(text_1, text_2, *args, **kwargs)]
 
     def classify(self, prompts: list, **kwargs: Any) -> list[list[float]]:
         """Class probabilities per prompt."""
-        return [o.outputs.probs for o in self.llm.classify(prompts, use_tqdm=False, **kwargs)]
+        kwargs.setdefault("use_tqdm", False)
+        return [o.outputs.probs for o in self.llm.classify(prompts, **kwargs)]
 
 
 class HfRunner:
-    """One HF model (transformers ``auto_cls`` or a ``SentenceTransformer``) on the platform's device.
-
-    ``auto_cls`` defaults to ``AutoModelForCausalLM``; ``dtype`` is a name (``"float32"``) or ``"auto"``.
-    """
+    """One HF model (transformers ``auto_cls``, a ``SentenceTransformer`` or a ``CrossEncoder``) on the
+    platform's device. ``dtype`` is a torch dtype name (``"float32"``, ``"half"``) or ``"auto"``."""
 
     def __init__(
         self,
-        model: str,
+        model_name: str,
         dtype: str = "auto",
-        auto_cls: Any = None,
+        *,
+        model_kwargs: dict[str, Any] | None = None,
+        trust_remote_code: bool = True,
         is_sentence_transformer: bool = False,
-        **model_kwargs: Any,
+        is_cross_encoder: bool = False,
+        skip_tokenizer_init: bool = False,
+        auto_cls: Any = None,
+        tokenizer_name: str | None = None,
     ) -> None:
+        __tracebackhide__ = True
         import torch
 
-        context = current()
-        self.platform, self.settings = context.platform, context.settings
+        self.platform, self.settings = _environment()
         self.device = "cuda" if self.platform.name in ("cuda", "rocm") else "cpu"
-        self.name = model
-        torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+        self.model_name = self.name = model_name
+        model_kwargs = {"dtype": dtype if dtype == "auto" else getattr(torch, dtype), **(model_kwargs or {})}
         self.is_sentence_transformer = is_sentence_transformer
-        if is_sentence_transformer:
-            from sentence_transformers import SentenceTransformer
+        options = {
+            "device": self.device,
+            "trust_remote_code": trust_remote_code,
+            "model_kwargs": model_kwargs,
+        }
+        self.tokenizer = None
+        if is_sentence_transformer or is_cross_encoder:
+            from sentence_transformers import CrossEncoder, SentenceTransformer
 
-            self.model = SentenceTransformer(
-                model, device=self.device, model_kwargs={"dtype": torch_dtype, **model_kwargs}
+            self.model = (SentenceTransformer if is_sentence_transformer else CrossEncoder)(
+                model_name, **options
             )
             self.tokenizer = self.model.tokenizer
-        else:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            return
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            self.model = _load_on(
-                self.device, auto_cls or AutoModelForCausalLM, model, dtype=torch_dtype, **model_kwargs
+        model = _load_on(
+            self.device,
+            auto_cls or AutoModelForCausalLM,
+            model_name,
+            trust_remote_code=trust_remote_code,
+            **model_kwargs,
+        )
+        self.model = model.eval()
+        if not skip_tokenizer_init:
+            self.tokenizer = AutoTokenizer.from_pretrained(
+                tokenizer_name or model_name, trust_remote_code=trust_remote_code
             )
-            self.model.eval()
-            self.tokenizer = AutoTokenizer.from_pretrained(model)
 
     def __enter__(self) -> HfRunner:
         return self
@@ -206,13 +306,33 @@ class HfRunner:
 
     # --- pooling ---------------------------------------------------------------------------------------
 
-    def encode(self, prompts: list[str], **kwargs: Any) -> list[list[float]]:
+    def encode(self, prompts: list[str], *args: Any, **kwargs: Any):
         """Sentence embeddings as the SentenceTransformer's own modules pool and normalise them."""
         if not self.is_sentence_transformer:
             raise ValueError(f"HfRunner({self.name!r}).encode needs is_sentence_transformer=True")
-        return self.model.encode(prompts, convert_to_numpy=True, **kwargs).tolist()
+        return self.model.encode(prompts, *args, **kwargs)
 
     embed = encode
+
+    def predict(self, prompts: list[list[str]], *args: Any, **kwargs: Any):
+        """A cross-encoder's scores of ``[query, document]`` pairs, as one tensor."""
+        return self.model.predict(prompts, *args, convert_to_tensor=True, **kwargs)
+
+    def classify(self, prompts: list[str]) -> list[list[float]]:
+        """Per prompt the class probabilities (softmax; sigmoid for multi-label, raw for regression)."""
+        import torch
+
+        problem = getattr(self.model.config, "problem_type", "")
+        outputs = []
+        with torch.no_grad():
+            for prompt in prompts:
+                logits = self.model(**self._inputs(prompt)).logits[0]
+                if problem == "multi_label_classification":
+                    logits = logits.sigmoid()
+                elif problem != "regression":
+                    logits = logits.softmax(dim=-1)
+                outputs.append(logits.tolist())
+        return outputs
 
     def token_embed(self, prompts: list[str]) -> list:
         """Per prompt a float32 NumPy array (tokens × hidden): the transformer's last hidden states."""
@@ -224,65 +344,80 @@ class HfRunner:
         arrays = []
         with torch.no_grad():
             for prompt in prompts:
-                inputs = self.tokenizer(prompt, return_tensors="pt").to(self.device)
-                hidden = self.model(**inputs).last_hidden_state[0]
+                hidden = self.model(**self._inputs(prompt)).last_hidden_state[0]
                 arrays.append(hidden.float().cpu().numpy())
         return arrays
 
     # --- generation ------------------------------------------------------------------------------------
 
-    def _generate(self, prompt: str, max_tokens: int, **kwargs: Any):
+    def _inputs(self, prompt: str, **kwargs: Any):
+        return self.tokenizer(prompt, return_tensors="pt", **kwargs).to(self.device)
+
+    def generate(self, prompts: list[str], **kwargs: Any) -> list[tuple[list[list[int]], list[str]]]:
+        """``model.generate`` one prompt at a time (no padding to disturb a comparison): per prompt
+        ``([prompt + output ids per sequence], [their text])``, as vLLM's ``HfRunner.generate``."""
         import torch
 
-        # Causal LMs take no token_type_ids (a BERT-style tokenizer returns them unasked).
-        inputs = self.tokenizer(prompt, return_tensors="pt", return_token_type_ids=False).to(self.device)
-        with torch.no_grad():
-            out = self.model.generate(**inputs, max_new_tokens=max_tokens, do_sample=False, **kwargs)
-        return inputs["input_ids"].shape[1], out
-
-    def _text(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def generate_greedy(self, prompts: list[str], max_tokens: int) -> list[tuple[list[int], str]]:
-        """Greedy decoding, one prompt at a time (no padding to disturb the comparison)."""
-        results = []
+        outputs = []
         for prompt in prompts:
-            start, out = self._generate(prompt, max_tokens)
-            ids = out[0, start:].tolist()
-            results.append((ids, self._text(ids)))
-        return results
+            # causal LMs take no token_type_ids (a BERT-style tokenizer returns them unasked)
+            with torch.no_grad():
+                ids = self.model.generate(**self._inputs(prompt, return_token_type_ids=False), **kwargs)
+            texts = self.tokenizer.batch_decode(
+                ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
+            )
+            outputs.append((ids.cpu().tolist(), texts))
+        return outputs
 
-    def generate_greedy_logprobs(
-        self, prompts: list[str], max_tokens: int, num_logprobs: int
+    def generate_greedy(
+        self, prompts: list[str], max_tokens: int, **kwargs: Any
+    ) -> list[tuple[list[int], str]]:
+        """Greedy decoding: per prompt, (prompt + output ids, their text)."""
+        outputs = self.generate(prompts, do_sample=False, max_new_tokens=max_tokens, **kwargs)
+        return [(ids[0], texts[0]) for ids, texts in outputs]
+
+    def generate_greedy_logprobs_limit(
+        self, prompts: list[str], max_tokens: int, num_logprobs: int, **kwargs: Any
     ) -> list[tuple[list[int], str, list[dict[int, float]]]]:
-        """Greedy decoding with the top ``num_logprobs`` log-probabilities of the raw logits per step."""
+        """Greedy decoding with the top ``num_logprobs`` log-probabilities per generated position: per
+        prompt (output ids, output text, ``[{token id: logprob}]``), what vLLM's ``check_logprobs_close``
+        compares with ``VllmRunner.generate_greedy_logprobs``."""
         import torch
 
         results = []
         for prompt in prompts:
-            start, out = self._generate(prompt, max_tokens, output_logits=True, return_dict_in_generate=True)
-            ids = out.sequences[0, start:].tolist()
+            inputs = self._inputs(prompt, return_token_type_ids=False)
+            with torch.no_grad():
+                out = self.model.generate(
+                    **inputs,
+                    do_sample=False,
+                    max_new_tokens=max_tokens,
+                    output_logits=True,
+                    return_dict_in_generate=True,
+                    **kwargs,
+                )
+            ids = out.sequences[0, inputs["input_ids"].shape[1] :].tolist()
             steps = []
             for logits in out.logits:
                 top = torch.log_softmax(logits[0].float(), dim=-1).topk(num_logprobs)
                 steps.append(dict(zip(top.indices.tolist(), top.values.tolist(), strict=True)))
-            results.append((ids, self._text(ids), steps))
+            results.append((ids, self.tokenizer.decode(ids), steps))
         return results
 
     def generate_beam_search(
         self, prompts: list[str], beam_width: int, max_tokens: int
-    ) -> list[list[tuple[list[int], str]]]:
-        """Beam search: per prompt, ``beam_width`` beams best first, each (new token ids, text)."""
-        results = []
-        for prompt in prompts:
-            start, out = self._generate(
-                prompt, max_tokens, num_beams=beam_width, num_return_sequences=beam_width
-            )
-            beams = [row[start:].tolist() for row in out]
-            pad = self.tokenizer.pad_token_id
-            beams = [ids[: len(ids) - _trailing(ids, pad)] for ids in beams]
-            results.append([(ids, self._text(ids)) for ids in beams])
-        return results
+    ) -> list[tuple[list[list[int]], list[str]]]:
+        """Beam search: per prompt ``([ids per beam], [text per beam])``, best first, prompt included;
+        the pad ids HF fills shorter beams with are dropped."""
+        outputs = self.generate(
+            prompts,
+            do_sample=False,
+            max_new_tokens=max_tokens,
+            num_beams=beam_width,
+            num_return_sequences=beam_width,
+        )
+        pad = self.tokenizer.pad_token_id
+        return [([[t for t in beam if t != pad] for beam in ids], texts) for ids, texts in outputs]
 
 
 def _load_on(device: str, auto_cls: Any, model: str, **kwargs: Any) -> Any:
@@ -296,11 +431,3 @@ def _load_on(device: str, auto_cls: Any, model: str, **kwargs: Any) -> Any:
     if run is not None:
         run.watch(loaded)
     return loaded
-
-
-def _trailing(ids: list[int], pad: int | None) -> int:
-    """How many pad ids end ``ids`` (HF pads shorter beams to the longest one)."""
-    count = 0
-    while pad is not None and count < len(ids) and ids[-1 - count] == pad:
-        count += 1
-    return count

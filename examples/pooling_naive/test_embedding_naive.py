@@ -18,6 +18,7 @@ from tests.models.pooling.test_embedding import (
     RELEVANT,
     TEXTS,
     TRUNCATE_TO,
+    arrays,
     cosine,
     maxsim,
     threshold,
@@ -88,7 +89,7 @@ def test_token_embeddings_shape_and_direction(pooling_model):
     with sentence_transformer(pooling_model) as hf:
         want = hf.token_embed(TEXTS)
     with token_engine(pooling_model) as vllm:
-        got = vllm.token_embed(TEXTS)
+        got = arrays(vllm.token_embed(TEXTS))
         floor = threshold(vllm)
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape
@@ -97,7 +98,7 @@ def test_token_embeddings_shape_and_direction(pooling_model):
 
 def test_maxsim_scores_match_numpy(pooling_model):
     with token_engine(pooling_model) as vllm:
-        tokens = dict(zip(TEXTS, vllm.token_embed(TEXTS), strict=True))
+        tokens = dict(zip(TEXTS, arrays(vllm.token_embed(TEXTS)), strict=True))
         got = vllm.score(QUERIES, [CORPUS[1], CORPUS[0]])
     want = [maxsim(tokens[QUERIES[0]], tokens[CORPUS[1]]), maxsim(tokens[QUERIES[1]], tokens[CORPUS[0]])]
     np.testing.assert_allclose(got, want, rtol=1e-4)
@@ -114,6 +115,6 @@ def test_float32_token_embeddings_match_hf(pooling_model):
     with HfRunner(pooling_model, dtype="float32", auto_cls=AutoModel) as hf:
         want = [unit_rows(t) for t in hf.token_embed(TEXTS)]
     with token_engine(pooling_model, dtype="float32") as vllm:
-        got = vllm.token_embed(TEXTS)
+        got = arrays(vllm.token_embed(TEXTS))
     for g, w in zip(got, want, strict=True):
         assert min(cosine(a, b) for a, b in zip(g, w, strict=True)) >= 0.9999

@@ -9,7 +9,7 @@ default shape applies: ``shared-engine`` (tests sharing class/module-scoped engi
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal
 
 from harness.config.validate import (
@@ -43,17 +43,30 @@ class Phase:
     dist: Literal["loadscope", "loadfile"] = "loadscope"
     timeout_s: Positive | None = None
 
-    def selection(self, paths: tuple[str, ...] | None = None) -> list[str]:
-        """pytest arguments choosing this phase's tests and workers (``paths`` replaces the phase's own)."""
+    def selection(self, paths: tuple[str, ...] | None = None, workers: int | None = None) -> list[str]:
+        """pytest arguments choosing this phase's tests and workers (``paths`` replaces the phase's own).
+
+        ``workers`` is the count ``per-gpu`` resolved to (unknown: ``-n auto``); a phase of one worker runs
+        without xdist, so no controller process imports the suite's conftest beside the worker.
+        """
         args = list(self.paths if paths is None else paths)
         if self.markers:
             args += ["-m", self.markers]
         if self.keywords:
             args += ["-k", self.keywords]
-        if self.workers == "serial":
+        count = {"serial": 1, "per-gpu": workers}.get(self.workers, self.workers)  # type: ignore[arg-type]
+        if count == 1:
             return args + ["-n", "0"]
-        count = "auto" if self.workers == "per-gpu" else str(self.workers)
-        return args + ["-n", count, "--dist", self.dist]
+        # per-gpu keeps "auto": the plugin's pytest_xdist_auto_num_workers decides it in pytest itself
+        return args + ["-n", "auto" if self.workers == "per-gpu" else str(count), "--dist", self.dist]
+
+    def narrowed(self, markers: str | None, keywords: str | None) -> Phase:
+        """This phase with the run's own ``-m`` / ``-k`` ANDed in: selection narrows, never replaces."""
+        return replace(self, markers=_both(self.markers, markers), keywords=_both(self.keywords, keywords))
+
+
+def _both(own: str | None, extra: str | None) -> str | None:
+    return f"({own}) and ({extra})" if own and extra else own or extra
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import json
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +21,40 @@ from harness.ledger.reader import events
 
 class LedgerWriter:
     """Appends events to ``<directory>/<worker>.jsonl``; one writer per process (``worker``: ``gw0``...,
-    ``main`` outside xdist, ``controller`` for what only the xdist controller sees)."""
+    ``main`` outside xdist, ``controller`` for what only the xdist controller sees, ``<worker>.<pid>`` in a
+    test's forked or spawned child)."""
 
     def __init__(self, directory: str | os.PathLike, worker: str):
-        self.worker = worker
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.path = self.directory / f"{self.worker}.jsonl"
+        self._lock = threading.Lock()  # the memory sampler writes from its own thread
+        self._open(worker)
+        # a test that forks (vLLM's fork_new_process_for_each_test) records in the child too: no write is
+        # half done at the fork, and the child appends to a file and id series of its own
+        this = weakref.ref(self)
+        os.register_at_fork(
+            before=lambda: (w := this()) and w._lock.acquire(),
+            after_in_parent=lambda: (w := this()) and w._lock.release(),
+            after_in_child=lambda: (w := this()) and w._forked(),
+        )
+
+    def _open(self, worker: str) -> None:
+        self.worker = worker
+        self.path = self.directory / f"{worker}.jsonl"
         # never through a symlink: the ledger would land (and be counted) outside its run directory
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
         self._file = open(os.open(self.path, flags, 0o644), "a", encoding="utf-8")  # noqa: SIM115
         if self._file.tell() and not self.path.read_bytes().endswith(b"\n"):
             self._file.write("\n")  # a predecessor killed mid-line: keep our first event off its torn line
-        self._lock = threading.Lock()  # the memory sampler writes from its own thread
         self._ids = itertools.count(self._next_id_number())
+
+    def _forked(self) -> None:
+        """In a forked child: a fresh lock (the parent's is held), ``<worker>.<pid>.jsonl`` and its ids."""
+        self._lock = threading.Lock()
+        if self._file.closed:
+            return
+        self._file.close()  # empty: every write flushed under the lock the fork waited for
+        self._open(f"{self.worker.split('.')[0]}.{os.getpid()}")
 
     def _next_id_number(self) -> int:
         """A restarted xdist worker appends to its predecessor's file: keep runner ids unique."""

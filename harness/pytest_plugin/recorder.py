@@ -18,9 +18,11 @@ import pytest
 from harness import ledger
 from harness.ledger.records import Record
 from harness.pytest_plugin import crashes
+from harness.pytest_plugin.membership import Membership
 from harness.pytest_plugin.workers import is_controller, process_context, worker_event, worker_id
 from harness.runners import HfRunner, VllmRunner
 from harness.tracking import patches, starts
+from harness.tracking.attribution import CHILD
 from harness.tracking.sampler import MemorySampler
 
 _DIR = pytest.StashKey[Path]()
@@ -39,6 +41,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default: $HARNESS_LEDGER_DIR, else a new temporary directory)",
     )
     group.addoption("--no-harness", action="store_true", help="do not record runners or check admission")
+    group.addoption(
+        "--harness-phases",
+        default=None,
+        metavar="FILE",
+        help="with --collect-only: write each phase's node ids into FILE's phase list (harness run)",
+    )
 
 
 def _enabled(config: pytest.Config) -> bool:
@@ -46,6 +54,10 @@ def _enabled(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ.pop(CHILD, None)  # a pytest run inside a test records as itself, or not at all
+    if config.getoption("harness_phases"):  # harness run's one collection: it records nothing
+        config.pluginmanager.register(Membership(Path(config.getoption("harness_phases"))), "harness-phases")
+        return
     if config.getoption("no_harness"):
         return
     here = process_context(config)  # a broken [tool.harness] or device mask is a usage error
@@ -143,6 +155,7 @@ class _Recorder:
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
         process_context(self.config).owner.enter_test(nodeid, location[0])
+        os.environ[CHILD] = process_context(self.config).owner.export(str(self.writer.directory))
         self.reports = {}
         # a test-start without its test event marks the test the process died in
         self.writer.write(
@@ -180,6 +193,7 @@ class _Recorder:
             phase=os.environ.get("HARNESS_PHASE"),
         )
         process_context(self.config).owner.leave_test()
+        os.environ.pop(CHILD, None)
 
 
 def _timed_out(report: pytest.TestReport) -> bool:
@@ -231,15 +245,16 @@ def pytest_fixture_post_finalizer(fixturedef, request) -> None:
         process_context(request.config).holders.release(("fixture", id(fixturedef)))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def vllm_runner():
-    """The ``VllmRunner`` class, as vLLM's own conftest hands it out."""
+    """The ``VllmRunner`` class, session-scoped as in vLLM's conftest, so class- and module-scoped engine
+    fixtures can build from it."""
     return VllmRunner
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def hf_runner():
-    """The ``HfRunner`` class, as vLLM's own conftest hands it out."""
+    """The ``HfRunner`` class, session-scoped as in vLLM's conftest."""
     return HfRunner
 
 

@@ -97,14 +97,20 @@ def _worker_slots(config: pytest.Config) -> list[Slot]:
     return [slot for slot in slots(platform) for _ in range(process_context(config).settings.workers_per_gpu)]
 
 
+def auto_workers(platform, settings, env=os.environ) -> int | None:
+    """What ``-n auto`` resolves to: one worker per visible GPU (× ``workers_per_gpu``), ``cpu_workers``
+    on the CPU; None when the user's ``PYTEST_XDIST_AUTO_NUM_WORKERS`` decides (xdist's own hook reads it)."""
+    if env.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    if platform.mask_variable is None:
+        return settings.cpu_workers
+    return len(slots(platform, env)) * settings.workers_per_gpu
+
+
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto``: one worker per visible GPU (× ``workers_per_gpu``); ``cpu_workers`` on the CPU."""
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None  # the user's explicit count; xdist's own hook reads it
-    if process_context(config).platform.mask_variable is None:
-        return process_context(config).settings.cpu_workers
-    return len(_worker_slots(config))
+    """``-n auto``: see ``auto_workers``."""
+    return auto_workers(process_context(config).platform, process_context(config).settings)
 
 
 def is_controller(config: pytest.Config) -> bool:
@@ -227,6 +233,14 @@ def _visible_gpus(config: pytest.Config) -> int:
     return 0 if platform.mask_variable is None else len(platform.devices())
 
 
+def _distributed_as_gpus(items: list[pytest.Item]) -> None:
+    """vLLM's ``distributed(num_gpus=n)`` counts as ``gpus(n)`` (vLLM's ``multi_gpu_marks`` set it)."""
+    for item in items:
+        marker = item.get_closest_marker("distributed")
+        if marker is not None and item.get_closest_marker("gpus") is None and "num_gpus" in marker.kwargs:
+            item.add_marker(pytest.mark.gpus(marker.kwargs["num_gpus"]))
+
+
 def _needed(item: pytest.Item) -> int | None:
     marker = item.get_closest_marker("gpus")
     if marker is None:
@@ -237,8 +251,13 @@ def _needed(item: pytest.Item) -> int | None:
     return count
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``gpus(n)`` tests this process cannot serve, saying how many GPUs they need and see."""
+    """Skip ``gpus(n)`` tests this process cannot serve, saying how many GPUs they need and see.
+
+    First, before ``-m`` deselects, so the multi-GPU phase (``-m gpus``) takes vLLM's tests as marked.
+    """
+    _distributed_as_gpus(items)
     needing = []
     for item in items:
         try:

@@ -51,7 +51,10 @@ def build(run_dir: Path, env: Mapping[str, str]) -> Report:
         "phases": phases,
         "tests": ledger.tests,
         "records": ledger.records,
-        "findings": ledger.findings + _timeouts(meta) + _unaccounted(phases, collected, ledger.tests),
+        "findings": ledger.findings
+        + _timeouts(meta)
+        + _unaccounted(phases, collected, ledger.tests)
+        + _run_twice(ledger.tests),
         "workers": ledger.workers,
         "samples": sorted(ledger.samples, key=lambda sample: sample["t"]),
         "starts": starts(ledger.records),
@@ -132,6 +135,24 @@ def _timeouts(meta: PhasesFile) -> list[Finding]:
         }
         for phase in meta["phases"]
         if phase.get("timed_out")
+    ]
+
+
+def _run_twice(tests: list[TestResult]) -> list[Finding]:
+    """A node id with more than one test event: it ran in two phases (or twice in one), and so did its
+    engines; each phase's selection should take it once."""
+    seen: dict[str, list[TestResult]] = {}
+    for test in tests:
+        seen.setdefault(test["nodeid"], []).append(test)
+    return [
+        {
+            "type": "test-run-twice",
+            "t": runs[-1]["t"],
+            "test": nodeid,
+            "message": f"{nodeid} ran {len(runs)} times (phases: {', '.join(str(r['phase']) for r in runs)})",
+        }
+        for nodeid, runs in seen.items()
+        if len(runs) > 1
     ]
 
 

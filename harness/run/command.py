@@ -3,7 +3,9 @@
 A phase is one ``python -m pytest`` process, so the memory a phase's runners held is given back (the
 process is gone) before the next phase starts, whatever the tests leaked. Phases run in order and the run
 goes on after a failing one unless ``--fail-fast``; the exit code is the worst phase's, where pytest's 5
-(nothing collected: a shard or selection with no tests) counts as success.
+(nothing collected: a shard or selection with no tests) counts as success. Before the first phase one
+collection says what each phase selects (``harness.run.selection``): a phase that selects nothing is not
+started, and a test runs in the first phase that selects it only.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +25,10 @@ from rich.table import Table
 
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.settings import Settings, ci_deadline, load_settings
-from harness.config.suites import load_suite
+from harness.config.suites import Suite, load_suite
 from harness.errors import HarnessError
 from harness.platform import detect
+from harness.pytest_plugin.workers import auto_workers
 from harness.report.environment import redact_all
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS, worst
@@ -34,6 +37,7 @@ from harness.report.store import write_atomic
 from harness.run import directory
 from harness.run.process import Stopped, ignore_stop_signals, phase_timeout, stop_signals
 from harness.run.resume import run_resuming
+from harness.run.selection import claimed, members, split_selection
 from harness.run.shards import durations_from, parse_shard, shard_paths
 
 # set by harness run for each phase: a user's value would send results where the report does not look
@@ -59,6 +63,8 @@ def main(args) -> int:
     durations = durations_from(history) if history else None
     selected = shard_paths(suite, shard, durations) if shard else {}
     extra = _pytest_args(args.pytest_args or [])
+    extra, chosen = split_selection(extra)
+    suite = Suite(suite.name, tuple(p.narrowed(chosen["markers"], chosen["keywords"]) for p in suite.phases))
 
     out = Path(args.out or f"harness-out/{suite.name}-{platform}")
     with directory.locked(out), stop_signals():
@@ -89,6 +95,9 @@ class _Run:
     settings: Settings
     console: Console
     deadline: float | None  # HARNESS_CI_DEADLINE: phases end in time for the report
+    workers: int | None = None  # what per-gpu resolves to (harness.pytest_plugin.workers.auto_workers)
+    found: dict[str, list[str]] | None = None  # each phase's node ids, from the run's one collection
+    earlier: dict[str, list[str]] = field(default_factory=dict)  # ... that an earlier phase takes
 
 
 def _run(out: Path, suite, settings, detection, shard, selected, extra, env, fail_fast) -> int:
@@ -107,6 +116,12 @@ def _run(out: Path, suite, settings, detection, shard, selected, extra, env, fai
     run = _Run(out, meta, selected, extra, env, settings, Console(), deadline)
     run.console.print(f"[bold]harness run {suite.name}[/] on {platform} ({detection.reason}) → {out}")
     env["HARNESS_PLATFORM"] = platform  # every phase's pytest agrees with this run's platform
+    run.workers = auto_workers(detection.platform, settings, env)
+    paths = [(phase, selected.get(phase.name, ()) if shard else phase.paths) for phase in suite.phases]
+    run.found = members(
+        [(p, files) for p, files in paths if files], extra, env, out, settings.phase_timeout_s
+    )
+    run.earlier = claimed([phase.name for phase in suite.phases], run.found or {})
     stopped = None
     try:
         for number, phase in enumerate(suite.phases, 1):
@@ -129,21 +144,26 @@ def _phase(run: _Run, phase) -> dict:
     shard = run.meta["shard"]
     paths = run.selected.get(phase.name) if shard else None
     started = time.time()
-    if shard and not paths:
-        run.console.print(f"shard {shard} has no files for phase {phase.name}")
+    taken = run.earlier.get(phase.name, [])
+    count = None if run.found is None else len(run.found.get(phase.name, [])) - len(taken)
+    empty = _empty(phase, paths if shard else phase.paths, count, shard)
+    if empty:
+        run.console.print(empty)
         result = {"exit_code": NO_TESTS, "timed_out": False, "stopped": None, "attempts": 0}
         args_ = []
     else:
         timeout = phase_timeout(phase.timeout_s or run.settings.phase_timeout_s, run.deadline, time.time())
+        deselect = [f"--deselect={nodeid}" for nodeid in taken]
 
         def select(resume: tuple[str, ...] | None) -> list[str]:
-            return phase.selection(resume or paths) + run.extra
+            return phase.selection(resume or paths, run.workers) + deselect + run.extra
 
         args_ = select(None)
         env = {**run.env, "HARNESS_PHASE": phase.name}
         result = run_resuming(select, [sys.executable, "-m", "pytest"], env, timeout, run.out, phase.name)
     wall = time.time() - started
     entry = {"name": phase.name, "started": started, "wall_s": round(wall, 3), "args": args_, **result}
+    entry["selected"] = count
     run.meta["phases"].append(entry)
     _write(run.out, run.meta)
     status = (
@@ -151,6 +171,15 @@ def _phase(run: _Run, phase) -> dict:
     )
     run.console.print(f"phase {phase.name}: {status} (exit {result['exit_code']}) in {wall:.1f} s")
     return entry
+
+
+def _empty(phase, paths, count: int | None, shard) -> str | None:
+    """Why a phase starts no pytest, if it does not: no files in this shard, or no test selected."""
+    if not paths:
+        return f"shard {shard} has no files for phase {phase.name}"
+    if count == 0:
+        return f"phase {phase.name} selects no test (of those collected once for the run): not started"
+    return None
 
 
 def _write(out: Path, meta: dict) -> None:

@@ -6,9 +6,14 @@ so neither needs to know about pytest.
 
 from __future__ import annotations
 
+import json
 import os
 
 from harness.ledger.records import Owner
+
+# set by the plugin while a test runs: the ledger and owner a process the test spawns records under
+# (vLLM's spawn_new_process_for_each_test runs the test body in a fresh interpreter that no plugin configures)
+CHILD = "HARNESS_TEST_PROCESS"
 
 
 class Attribution:
@@ -38,3 +43,14 @@ class Attribution:
         nodeid, file = self._test or (None, None)
         fixture, scope = self._fixtures[-1] if self._fixtures else (None, None)
         return Owner(nodeid, file, fixture, scope, self.worker, os.environ.get("HARNESS_PHASE"))
+
+    def export(self, ledger_dir: str) -> str:
+        """The running test as ``CHILD``'s value, for the processes it spawns."""
+        nodeid, file = self._test or (None, None)
+        return json.dumps({"ledger": ledger_dir, "test": nodeid, "file": file, "worker": self.worker})
+
+    def adopt(self, value: str) -> str:
+        """In a spawned test process: own what starts here as the test that spawned it; returns the ledger."""
+        found = json.loads(value)
+        self.worker, self._test = found["worker"], (found["test"], found["file"])
+        return found["ledger"]

@@ -49,6 +49,18 @@ _current: Context | None = None
 _lock = threading.Lock()
 
 
+def _forked() -> None:
+    """A forked child (vLLM's fork_new_process_for_each_test) has one thread: a lock another thread held at
+    the fork would never be released there."""
+    global _lock
+    _lock = threading.Lock()
+    if _current is not None:
+        _current._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def build(pyproject: Path | None, env: Mapping[str, str] = os.environ) -> Context:
     """A context for the project of ``pyproject`` (its ``[tool.harness]``) on the platform ``env`` selects."""
     detection = detect(env)

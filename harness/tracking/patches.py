@@ -60,6 +60,7 @@ def _patch_transformers(module) -> None:
 
     @functools.wraps(original)
     def from_pretrained(klass, *args, **kwargs):
+        __tracebackhide__ = True
         config = normalise(original, (klass, *args), kwargs)
         config["class"] = klass.__name__
         model_name = str(config.get("pretrained_model_name_or_path"))
@@ -81,6 +82,7 @@ def _patch_sentence_transformers(module) -> None:
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
+        __tracebackhide__ = True
         config = normalise(original, (self, *args), kwargs)
         config["class"] = type(self).__name__
         with starting("hf", str(config.get("model_name_or_path")), config) as run:

@@ -12,6 +12,7 @@ import functools
 import hashlib
 import inspect
 import json
+import os
 import re
 import threading
 import time
@@ -21,15 +22,25 @@ from typing import Any
 
 import psutil
 
-from harness.errors import RunnerBlocked
+from harness.errors import HarnessError, RunnerBlocked
 from harness.ledger.writer import LedgerWriter
 from harness.memory import admission
 from harness.memory.waits import wait_for_memory
 from harness.platform import allocator
 from harness.platform.base import GIB, Platform
+from harness.tracking.attribution import CHILD
 from harness.tracking.context import current
 
 _starting = threading.local()  # a load inside a load (SentenceTransformer -> from_pretrained) counts once
+
+
+def adopt(context) -> LedgerWriter | None:
+    """In a test's spawned process (no plugin configured it): record into that test's ledger, as that test,
+    in ``<worker>.<pid>.jsonl``. Returns the context's writer, if any."""
+    if context.writer is None and CHILD in os.environ:
+        directory = context.owner.adopt(os.environ[CHILD])
+        context.writer = LedgerWriter(directory, worker=f"{context.owner.worker}.{os.getpid()}")
+    return context.writer
 
 
 def _device_keys(devices: tuple[int, ...]) -> dict[int, str]:
@@ -241,6 +252,52 @@ def _overlap_finding(run: Run, message: str) -> None:
     )
 
 
+ERROR_LINES = 40  # a failed start's error keeps the end of its chain: the innermost cause is last
+ERROR_CHARS = 4000
+
+
+def cause(error: BaseException) -> str:
+    """``Type: message`` of the error and each exception it came from, outermost first, bounded to the
+    last lines: vLLM's start errors carry the reason in later lines (pydantic's ``1 validation error for
+    VllmConfig`` names the field only below) or in a ``__cause__``."""
+    parts, seen, link = [], set(), error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        text = str(link).rstrip()
+        parts.append(f"{type(link).__name__}: {text}" if text else type(link).__name__)
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    lines = "\ncaused by: ".join(parts).splitlines()[-ERROR_LINES:]
+    return "\n".join(lines)[-ERROR_CHARS:]
+
+
+class _CallerFrames:
+    """A generator context manager whose refusal to enter (a ``HarnessError``: a blocked start, memory
+    that never came) shows the user's frames only, not contextlib's and the harness's."""
+
+    def __init__(self, manager):
+        self.manager = manager
+
+    def __enter__(self):
+        __tracebackhide__ = True
+        try:
+            return self.manager.__enter__()
+        except HarnessError as error:
+            raise error.with_traceback(None) from error.__cause__
+
+    def __exit__(self, *exc_info):
+        __tracebackhide__ = True
+        return self.manager.__exit__(*exc_info)
+
+
+def _caller_frames(factory):
+    @functools.wraps(factory)
+    def make(*args, **kwargs):
+        return _CallerFrames(factory(*args, **kwargs))
+
+    return make
+
+
+@_caller_frames
 @contextlib.contextmanager
 def starting(
     kind: str,
@@ -257,7 +314,7 @@ def starting(
     """
     __tracebackhide__ = True
     context = current()
-    if context.writer is None or getattr(_starting, "active", False):
+    if (context.writer or adopt(context)) is None or getattr(_starting, "active", False):
         yield None
         return
     _starting.active = True
@@ -337,7 +394,7 @@ def _failed(run: Run, error: BaseException, startup_s: float, holders: admission
         "runner-failed",
         id=run.id,
         startup_s=round(startup_s, 3),
-        error=f"{type(error).__name__}: {message}",
+        error=cause(error),
         blocked=blocked,
         holders=[h.describe() for h in holders.on(run.devices)] if blocked else [],
     )

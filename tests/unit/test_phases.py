@@ -122,13 +122,15 @@ markers = "no_such_marker"
 
 [[tool.harness.suites.models.phases]]
 name = "last"
-keywords = "test_ok"
+keywords = "test_late"
 workers = "serial"
 """
+OK = "def test_ok():\n    pass\n"
+LATE = "def test_late():\n    pass\n"
 
 
 def test_a_failing_phase_does_not_stop_the_run_and_sets_the_exit_code(project, pytester):
-    project(PHASES, test_ok="def test_ok():\n    pass\n", test_fails=FAILS)
+    project(PHASES, test_ok=OK, test_late=LATE, test_fails=FAILS)
     assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 1
     meta = phases_json(pytester.path / "out")
     assert [(p["name"], p["exit_code"]) for p in meta["phases"]] == [
@@ -141,15 +143,18 @@ def test_a_failing_phase_does_not_stop_the_run_and_sets_the_exit_code(project, p
 
 
 def test_fail_fast_stops_after_the_failing_phase(project, pytester):
-    project(PHASES, test_ok="def test_ok():\n    pass\n", test_fails=FAILS)
+    project(PHASES, test_ok=OK, test_late=LATE, test_fails=FAILS)
     assert harness(["run", "--platform", "cpu", "--out", "out", "--fail-fast", "models"]) == 1
     assert [p["name"] for p in phases_json(pytester.path / "out")["phases"]] == ["first", "failing"]
 
 
 def test_an_empty_phase_is_not_a_failure(project, pytester):
-    project(PHASES, test_ok="def test_ok():\n    pass\n")
+    project(PHASES, test_ok=OK, test_late=LATE)
     assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
-    assert [p["exit_code"] for p in phases_json(pytester.path / "out")["phases"]] == [0, 5, 5, 0]
+    phases = phases_json(pytester.path / "out")["phases"]
+    assert [p["exit_code"] for p in phases] == [0, 5, 5, 0]
+    assert [p["selected"] for p in phases] == [1, 0, 0, 1]
+    assert [p["args"] != [] for p in phases] == [True, False, False, True]  # no pytest for an empty one
 
 
 @pytest.mark.parametrize(
@@ -319,3 +324,114 @@ def test_phase_tables_become_pytest_selections():
     assert x.selection() == ["tests/a", "-m", "not slow", "-k", "embed", "-n", "2", "--dist", "loadfile"]
     assert y == Phase("y", ("tests/b",), workers="serial", timeout_s=60.0)
     assert y.selection() == ["tests/b", "-n", "0"]
+
+
+CORE = (
+    "import pytest\n\n@pytest.mark.core_model\ndef test_a():\n    pass\n\ndef test_b():\n    pass\n\n"
+    "@pytest.mark.core_model\n@pytest.mark.standalone\ndef test_alone():\n    pass\n"
+)
+
+
+SELECTIONS = [["-m", "core_model"], ["-k", "test_a or test_alone"], ["-mcore_model"]]
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_selection_after_the_dashes_narrows_every_phase_and_runs_each_test_once(project, pytester, selection):
+    project(test_core=CORE)
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models", "--", *selection]) == 0
+    assert sorted((line[0], line[3]) for line in log(pytester)) == [
+        ("shared-engine", "tests/test_core.py::test_a"),
+        ("standalone", "tests/test_core.py::test_alone"),
+    ]
+    phases = phases_json(pytester.path / "out")["phases"]
+    assert [p["selected"] for p in phases] == [1, 1, 0]
+
+
+OVERLAPPING = """
+[[tool.harness.suites.models.phases]]
+name = "core"
+markers = "core_model"
+
+[[tool.harness.suites.models.phases]]
+name = "rest"
+markers = "not standalone"
+"""
+
+
+def test_a_test_two_phases_select_runs_in_the_first_only(project, pytester):
+    project(OVERLAPPING, test_core=CORE)
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
+    assert sorted((line[0], line[3]) for line in log(pytester)) == [
+        ("core", "tests/test_core.py::test_a"),
+        ("core", "tests/test_core.py::test_alone"),
+        ("rest", "tests/test_core.py::test_b"),
+    ]
+    rest = phases_json(pytester.path / "out")["phases"][1]
+    assert "--deselect=tests/test_core.py::test_a" in rest["args"]
+    report = json.loads((pytester.path / "out" / "report.json").read_text())
+    assert [f["type"] for f in report["findings"]] == []
+
+
+# Every pytest process the run starts appends "<phase> <numprocesses> <role>" to configured.txt.
+CONFIGURED = """
+import os, pathlib
+
+def pytest_configure(config):
+    role = "worker" if hasattr(config, "workerinput") else "main"
+    line = f"{os.environ.get('HARNESS_PHASE', '-')} {config.getoption('numprocesses', None)} {role}"
+    with open(pathlib.Path(config.rootpath, "configured.txt"), "a") as out:
+        out.write(line + "\\n")
+"""
+
+
+def test_a_one_worker_phase_starts_no_xdist_controller_and_an_empty_phase_no_pytest(project, pytester):
+    project(test_shared=SHARED)
+    (pytester.path / "conftest.py").write_text(RECORDER + CONFIGURED)
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
+    started = (pytester.path / "configured.txt").read_text().splitlines()
+    # one collection for the run ("-"), then shared-engine in one process; standalone and multi-gpu select
+    # nothing and start nothing
+    assert started == ["- 0 main", "shared-engine 0 main"]
+    assert {line[1] for line in log(pytester)} == {"main"}
+    phases = phases_json(pytester.path / "out")["phases"]
+    assert phases[0]["args"][3:5] == ["-n", "0"]
+    assert [(p["name"], p["exit_code"], p["args"]) for p in phases[1:]] == [
+        ("standalone", 5, []),
+        ("multi-gpu", 5, []),
+    ]
+
+
+def test_vllms_distributed_marker_lands_in_the_multi_gpu_phase(project, pytester, fake_gpus):
+    fake_gpus([gpu(i) for i in range(4)], vendor="nvidia")
+    distributed = "import pytest\n\n@pytest.mark.distributed(num_gpus=2)\ndef test_two():\n    pass\n"
+    project(test_shared=SHARED, test_distributed=distributed)
+    assert harness(["run", "--out", "out", "models"]) == 0
+    ran = log(pytester)
+    assert [line[0] for line in ran] == ["shared-engine"] * 2 + ["multi-gpu"]
+    assert ran[2][1:] == ["main", "0,1", "tests/test_distributed.py::test_two"]
+
+
+def test_a_collection_that_fails_runs_every_phase_so_each_shows_the_error(project, pytester):
+    project(test_shared=SHARED, test_broken="import no_such_module\n")
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 2
+    phases = phases_json(pytester.path / "out")["phases"]
+    assert [(p["selected"], p["exit_code"]) for p in phases] == [(None, 2)] * 3
+
+
+NODE_PATHS = """
+[[tool.harness.suites.models.phases]]
+name = "one"
+paths = ["tests/test_shared.py::test_a"]
+
+[[tool.harness.suites.models.phases]]
+name = "rest"
+"""
+
+
+def test_a_phase_path_naming_one_test_takes_only_that_test(project, pytester):
+    project(NODE_PATHS, test_shared=SHARED)
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
+    assert sorted((line[0], line[3]) for line in log(pytester)) == [
+        ("one", "tests/test_shared.py::test_a"),
+        ("rest", "tests/test_shared.py::test_b"),
+    ]

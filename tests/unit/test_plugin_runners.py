@@ -281,3 +281,117 @@ def test_a_broken_harness_table_is_one_line_not_an_internal_error(pytester):
     result.stderr.fnmatch_lines(
         ["ERROR: [[]tool.harness[]] settle_ratio: expected a number between 0 and 1, got 'x'"]
     )
+
+
+# The shape of vLLM's tests/utils.py decorators (fork_new_process_for_each_test and the subprocess-based
+# spawn_new_process_for_each_test): the test body runs in a child; the parent fails when the child did.
+PROCESS_DECORATORS = """
+import functools, os, subprocess, sys
+
+def fork_new_process_for_each_test(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                func(*args, **kwargs)
+            except BaseException:
+                os._exit(1)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the forked test failed"
+    return wrapper
+
+def spawn_new_process_for_each_test(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if os.environ.get("IN_SPAWNED_TEST") == "1":
+            return func(*args, **kwargs)
+        script = (f"import importlib; importlib.import_module({func.__module__!r})"
+                  f".{func.__qualname__}()")
+        env = {**os.environ, "IN_SPAWNED_TEST": "1"}
+        subprocess.run([sys.executable, "-c", script], env=env, check=True)
+    return wrapper
+"""
+
+
+def test_runners_in_forked_and_spawned_test_processes_are_owned_by_the_test(run):
+    files = {
+        "process_decorators": PROCESS_DECORATORS,
+        "test_processes": """
+            from process_decorators import fork_new_process_for_each_test, spawn_new_process_for_each_test
+
+            @fork_new_process_for_each_test
+            def test_forked():
+                for _ in range(2):
+                    with FakeRunner("forked", gpu_memory_utilization=0.2):
+                        pass
+
+            @spawn_new_process_for_each_test
+            def test_spawned():
+                for _ in range(2):
+                    with FakeRunner("spawned", gpu_memory_utilization=0.2):
+                        pass
+
+            def test_parent():
+                with FakeRunner("parent", gpu_memory_utilization=0.2):
+                    pass
+            """,
+    }
+    result, merged = run(files, "--timeout", "60")
+    result.assert_outcomes(passed=3)
+    seen = [(r["model"], r["test"], r["outcome"]) for r in merged.records]
+    assert sorted(seen) == sorted(
+        [("forked", "test_processes.py::test_forked", "started")] * 2
+        + [("spawned", "test_processes.py::test_spawned", "started")] * 2
+        + [("parent", "test_processes.py::test_parent", "started")]
+    )
+    assert len({r["id"] for r in merged.records}) == 5
+    children = {r["id"].rsplit("-", 1)[0] for r in merged.records if r["model"] != "parent"}
+    assert len(children) == 2 and all(c.startswith("main.") for c in children)  # main.<pid> each
+
+
+def test_a_class_scoped_fixture_builds_from_the_session_scoped_runner_classes(run):
+    suite = """
+        from harness.runners import HfRunner, VllmRunner
+
+        class TestShared:
+            @pytest.fixture(scope="class")
+            def classes(self, vllm_runner, hf_runner):
+                return vllm_runner, hf_runner
+
+            def test_classes(self, classes):
+                assert classes == (VllmRunner, HfRunner)
+        """
+    result, _ = run({"test_scope": suite})
+    result.assert_outcomes(passed=1)
+
+
+def test_a_failed_start_keeps_its_cause_and_tracebacks_show_the_users_frames(run):
+    suite = """
+        from harness.tracking import starts
+
+        def test_invalid_config():
+            try:
+                raise OSError("node 0 has 6.05 GiB free")
+            except OSError as error:
+                with starts.starting("vllm", "m", {}):
+                    message = "1 validation error for VllmConfig\\n  max_model_len: too long"
+                    raise ValueError(message) from error
+
+        def test_blocked():
+            with FakeRunner("first", gpu_memory_utilization=0.8):
+                with FakeRunner("second", gpu_memory_utilization=0.8):
+                    pass
+        """
+    result, merged = run({"test_cause": suite})
+    result.assert_outcomes(failed=2)
+    failed = next(r for r in merged.records if r["test"].endswith("test_invalid_config"))
+    assert failed["error"] == (
+        "ValueError: 1 validation error for VllmConfig\n  max_model_len: too long\n"
+        "caused by: OSError: node 0 has 6.05 GiB free"
+    )
+    text = result.stdout.str()
+    blocked = text[text.index("_ test_blocked _") :]
+    assert "RunnerBlocked" in blocked
+    assert not any(f in blocked for f in ("contextlib", "harness/tracking", "harness/memory"))

@@ -279,3 +279,13 @@ def test_harness_report_cli_on_a_bad_directory_is_one_line_and_exit_2(tmp_path):
         done.stderr
         == f"harness: error: {tmp_path / 'nothing'} is not a run directory (no phases.json, no ledger/)\n"
     )
+
+
+def test_a_node_id_run_in_two_phases_is_a_finding(tmp_path):
+    run = Run(tmp_path).phase("first", 0.0, 10.0).phase("second", 10.0, 10.0)
+    run.worker("first").test("test_e.py::test_embed", t=1.0)
+    run.worker("first").test("test_e.py::test_other", t=2.0)
+    run.worker("second").test("test_e.py::test_embed", t=11.0)
+    [finding] = run.finalize()["findings"]
+    assert (finding["type"], finding["test"]) == ("test-run-twice", "test_e.py::test_embed")
+    assert finding["message"] == "test_e.py::test_embed ran 2 times (phases: first, second)"

@@ -37,19 +37,23 @@ def test_importing_runners_imports_no_model_library():
 
 
 def test_greedy_beam_and_logprobs_agree(llama):
+    """vLLM's HfRunner shapes: prompt + output ids for greedy and beams, output ids with the logprobs."""
     with HfRunner(llama, dtype="float32") as hf:
+        prompt_ids = [hf.tokenizer(p, return_token_type_ids=False)["input_ids"] for p in PROMPTS]
         greedy = hf.generate_greedy(PROMPTS, max_tokens=6)
-        logprobs = hf.generate_greedy_logprobs(PROMPTS, max_tokens=6, num_logprobs=3)
+        logprobs = hf.generate_greedy_logprobs_limit(PROMPTS, max_tokens=6, num_logprobs=3)
         one = hf.generate_beam_search(PROMPTS, beam_width=1, max_tokens=6)
         two = hf.generate_beam_search(PROMPTS, beam_width=2, max_tokens=6)
-    for (ids, text), (lp_ids, lp_text, steps), beams1, beams2 in zip(greedy, logprobs, one, two, strict=True):
-        assert 0 < len(ids) <= 6 and isinstance(text, str)
-        assert (lp_ids, lp_text) == (ids, text)
-        assert [len(step) for step in steps] == [3] * len(ids)
-        assert [max(step, key=step.get) for step in steps] == ids
+    for prompt, (ids, text), (new, _, steps), beams1, beams2 in zip(
+        prompt_ids, greedy, logprobs, one, two, strict=True
+    ):
+        assert ids[: len(prompt)] == prompt and ids[len(prompt) :] == new and 0 < len(new) <= 6
+        assert isinstance(text, str)
+        assert [len(step) for step in steps] == [3] * len(new)
+        assert [max(step, key=step.get) for step in steps] == new
         assert all(lp <= 0 for step in steps for lp in step.values())
-        assert beams1 == [(ids, text)]
-        assert len(beams2) == 2 and beams2[0] != beams2[1]
+        assert beams1[0] == [ids]
+        assert len(beams2[0]) == 2 and beams2[0][0] != beams2[0][1]
 
 
 def test_close_drops_the_model_and_is_idempotent(llama):
@@ -106,3 +110,18 @@ def test_the_move_to_the_device_is_inside_the_recorded_load(llama, tmp_path, mon
     assert moved_after[-1] == "runner-start"  # recorded, not yet started: the move is part of the start
     (record,) = read(tmp_path).records
     assert record["config"]["class"] == "AutoModelForCausalLM" and record["outcome"] == "started"
+
+
+@needs_minilm
+def test_cross_encoder_predict_and_classify_return_vllms_shapes():
+    """A BERT with a fresh 2-class head: only shapes and the softmax are the runner's to get right."""
+    from transformers import AutoModelForSequenceClassification
+
+    pairs = [[PROMPTS[0], PROMPTS[1]], [PROMPTS[1], PROMPTS[0]]]
+    with HfRunner(MINILM, dtype="float32", is_cross_encoder=True) as hf:
+        scores = hf.predict(pairs)
+    assert scores.shape[0] == 2 and scores.dtype.is_floating_point
+    with HfRunner(MINILM, dtype="float32", auto_cls=AutoModelForSequenceClassification) as hf:
+        probs = hf.classify(PROMPTS)
+    assert [len(p) for p in probs] == [2, 2]
+    np.testing.assert_allclose([sum(p) for p in probs], 1.0, atol=1e-6)

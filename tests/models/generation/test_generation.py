@@ -27,8 +27,9 @@ BEAM_WIDTHS = (1, 2)
 def check_logprobs_close(hf, vllm, atol: float = 1e-3) -> None:
     """vLLM's ``check_logprobs_close`` sense, per prompt: where the greedy tokens agree, the logprobs of
     tokens both sides rank must agree; at the first disagreement each side's token must be in the other's
-    top-k (a near tie), and the sequences are not compared past it."""
-    for index, ((hf_ids, _, hf_steps), (vllm_ids, _, vllm_steps)) in enumerate(zip(hf, vllm, strict=True)):
+    top-k (a near tie), and the sequences are not compared past it. vLLM's side holds ``Logprob``s."""
+    for index, ((hf_ids, _, hf_steps), (vllm_ids, _, vllm_logprobs)) in enumerate(zip(hf, vllm, strict=True)):
+        vllm_steps = [{token: lp.logprob for token, lp in step.items()} for step in vllm_logprobs]
         for step, (hf_id, vllm_id) in enumerate(zip(hf_ids, vllm_ids, strict=False)):
             where = f"prompt {index} step {step}"
             if hf_id != vllm_id:
@@ -49,7 +50,7 @@ def hf_reference(model: str) -> dict:
     with HfRunner(model, dtype="float32") as hf:
         return {
             "greedy": hf.generate_greedy(PROMPTS, MAX_TOKENS),
-            "logprobs": hf.generate_greedy_logprobs(PROMPTS, MAX_TOKENS, NUM_LOGPROBS),
+            "logprobs": hf.generate_greedy_logprobs_limit(PROMPTS, MAX_TOKENS, NUM_LOGPROBS),
             "beams": {w: hf.generate_beam_search(PROMPTS, w, MAX_TOKENS) for w in BEAM_WIDTHS},
         }
 
@@ -74,14 +75,15 @@ class TestHfReference:
 
     def test_beam_width_one_is_greedy(self, hf_outputs):
         greedy = [ids for ids, _ in hf_outputs["greedy"]]
-        assert [beams[0][0] for beams in hf_outputs["beams"][1]] == greedy
+        assert [beam_ids[0] for beam_ids, _ in hf_outputs["beams"][1]] == greedy
 
     def test_logprobs_follow_the_greedy_tokens(self, hf_outputs):
+        """Greedy ids are prompt + output (vLLM's shape); the logprobs cover the output."""
         for (ids, _), (logprob_ids, _, steps) in zip(
             hf_outputs["greedy"], hf_outputs["logprobs"], strict=True
         ):
-            assert logprob_ids == ids
-            assert [max(step, key=step.get) for step in steps] == ids
+            assert 0 < len(logprob_ids) < len(ids) and ids[-len(logprob_ids) :] == logprob_ids
+            assert [max(step, key=step.get) for step in steps] == logprob_ids
 
 
 @pytest.mark.vllm
@@ -99,9 +101,9 @@ class TestSharedEngine:
     @pytest.mark.parametrize("beam_width", BEAM_WIDTHS)
     def test_beam_search_widths(self, hf_outputs, engine, beam_width):
         got = engine.generate_beam_search(PROMPTS, beam_width, MAX_TOKENS)
-        for hf_beams, vllm_beams in zip(hf_outputs["beams"][beam_width], got, strict=True):
+        for (hf_beams, _), (vllm_beams, _) in zip(hf_outputs["beams"][beam_width], got, strict=True):
             assert len(hf_beams) == len(vllm_beams) == beam_width
-            assert hf_beams[0][0] == vllm_beams[0][0]
+            assert hf_beams[0] == vllm_beams[0]
 
     def test_batch_equals_singles(self, engine):
         batch = engine.generate_greedy(PROMPTS, MAX_TOKENS)

@@ -38,6 +38,11 @@ def cosine(a, b) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
+def arrays(tensors) -> list[np.ndarray]:
+    """vLLM's per-token tensors as float32 NumPy arrays."""
+    return [t.float().cpu().numpy() for t in tensors]
+
+
 def unit_rows(tokens: np.ndarray) -> np.ndarray:
     return tokens / np.linalg.norm(tokens, axis=-1, keepdims=True)
 
@@ -103,7 +108,7 @@ def token_engine(pooling_model):
 
 @pytest.fixture(scope="class")
 def tokens(token_engine):
-    return dict(zip(TEXTS, token_engine.token_embed(TEXTS), strict=True))
+    return dict(zip(TEXTS, arrays(token_engine.token_embed(TEXTS)), strict=True))
 
 
 def test_reference_tokens_pool_to_the_sentence_embedding(reference):
@@ -215,7 +220,7 @@ class TestLateInteraction:
     def test_unsupported_task_raises_and_the_engine_still_answers(self, token_engine, tokens):
         with pytest.raises(ValueError, match="Classification API is not supported by this model"):
             token_engine.classify([QUERY])
-        (again,) = token_engine.token_embed([QUERY])
+        (again,) = arrays(token_engine.token_embed([QUERY]))
         np.testing.assert_allclose(again, tokens[QUERY], atol=1e-6)
 
 
@@ -235,7 +240,7 @@ def test_float32_token_embeddings_match_hf(pooling_model):
             pooling_model, runner="pooling", dtype="float32", pooler_config=PoolerConfig(task="token_embed")
         ) as vllm,
     ):
-        got = dict(zip(TEXTS, vllm.token_embed(TEXTS), strict=True))
+        got = dict(zip(TEXTS, arrays(vllm.token_embed(TEXTS)), strict=True))
         scores = vllm.score(QUERY, CORPUS)
     for text in TEXTS:
         assert got[text].shape == want[text].shape, text

