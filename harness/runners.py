@@ -159,10 +159,10 @@ class VllmRunner:
         """Per prompt ``(output ids, output text, logprobs[, prompt ids], prompt logprobs)``; the prompt
         logprobs only when the sampling parameters ask for them (vLLM's shape)."""
         kwargs.setdefault("use_tqdm", False)
-        rows = []
+        rows: list[tuple] = []
         for request in self.llm.generate(self.get_inputs(prompts), sampling_params=sampling_params, **kwargs):
             sample = request.outputs[-1]
-            row = (list(sample.token_ids), sample.text, sample.logprobs)
+            row: tuple = (list(sample.token_ids), sample.text, sample.logprobs)
             if include_prompt_token_ids:
                 row += (request.prompt_token_ids,)
             rows.append(row + (request.prompt_logprobs,))
@@ -266,7 +266,7 @@ class HfRunner:
             "trust_remote_code": trust_remote_code,
             "model_kwargs": model_kwargs,
         }
-        self.tokenizer = None
+        self.tokenizer: Any = None
         if is_sentence_transformer or is_cross_encoder:
             from sentence_transformers import CrossEncoder, SentenceTransformer
 

@@ -32,10 +32,22 @@ class LedgerWriter:
         # a test that forks (vLLM's fork_new_process_for_each_test) records in the child too: no write is
         # half done at the fork, and the child appends to a file and id series of its own
         this = weakref.ref(self)
+
+        def at_fork(action: str) -> None:
+            writer = this()
+            if writer is None:
+                return
+            if action == "before":
+                writer._lock.acquire()
+            elif action == "parent":
+                writer._lock.release()
+            else:
+                writer._forked()
+
         os.register_at_fork(
-            before=lambda: (w := this()) and w._lock.acquire(),
-            after_in_parent=lambda: (w := this()) and w._lock.release(),
-            after_in_child=lambda: (w := this()) and w._forked(),
+            before=lambda: at_fork("before"),
+            after_in_parent=lambda: at_fork("parent"),
+            after_in_child=lambda: at_fork("child"),
         )
 
     def _open(self, worker: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ class Membership:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         table = json.loads(self.path.read_text())
-        mark = config.pluginmanager.get_plugin("mark")
+        mark: Any = config.pluginmanager.get_plugin("mark")
         saved = config.option.markexpr, config.option.keyword
         members = {}
         try:

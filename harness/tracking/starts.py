@@ -260,7 +260,9 @@ def cause(error: BaseException) -> str:
     """``Type: message`` of the error and each exception it came from, outermost first, bounded to the
     last lines: vLLM's start errors carry the reason in later lines (pydantic's ``1 validation error for
     VllmConfig`` names the field only below) or in a ``__cause__``."""
-    parts, seen, link = [], set(), error
+    parts: list[str] = []
+    seen: set[int] = set()
+    link: BaseException | None = error
     while link is not None and id(link) not in seen:
         seen.add(id(link))
         text = str(link).rstrip()
@@ -314,13 +316,14 @@ def starting(
     """
     __tracebackhide__ = True
     context = current()
-    if (context.writer or adopt(context)) is None or getattr(_starting, "active", False):
+    writer = context.writer or adopt(context)
+    if writer is None or getattr(_starting, "active", False):
         yield None
         return
     _starting.active = True
     try:
         need, declared = _need(context.platform, fraction, devices)
-        run = _announce(context.writer, kind, model, config, need, declared)
+        run = _announce(writer, kind, model, config, need, declared)
         began = time.monotonic()
         try:
             admission.admit(
