@@ -18,8 +18,9 @@ from typing import Any
 
 from harness.memory.waits import settle
 from harness.platform import allocator
+from harness.tracking import vllm_engine
 from harness.tracking.context import current
-from harness.tracking.starts import normalise, starting
+from harness.tracking.starts import fingerprint, normalise, starting
 
 # vLLM's CPU backend reserves ``gpu_memory_utilization`` x NUMA node 0 at start and refuses to start when
 # that much is not free: its 0.92 default fails on a 24 GiB host whose node 0 holds 7.6 GiB, 0.3 works
@@ -37,7 +38,8 @@ class VllmRunner:
     """One vLLM engine (``vllm.LLM``) for the life of the ``with`` block; ``.llm`` for everything else.
 
     ``enforce_eager`` defaults to True: a test suite values start time over throughput, and CUDA graph
-    capture or ``torch.compile`` adds seconds to every start.
+    capture or ``torch.compile`` adds seconds to every start. With reuse on (``harness.tracking.reuse``)
+    a warm engine of the same configuration is taken instead of starting one, and ``close`` parks it.
     """
 
     def __init__(
@@ -61,7 +63,14 @@ class VllmRunner:
         if max_model_len is not None:
             engine_kwargs["max_model_len"] = max_model_len
         self.model = model
-        self.llm = LLM(model, runner=runner, dtype=dtype, enforce_eager=enforce_eager, **engine_kwargs)
+        engine_kwargs.update(runner=runner, dtype=dtype, enforce_eager=enforce_eager)
+        # the ledger's fingerprint of this call (the instrumented LLM.__init__ keeps LLM's signature)
+        self.key = fingerprint("vllm", normalise(LLM.__init__, (None, model), engine_kwargs))
+        pool = context.pool
+        self.fresh = pool is not None and pool.fresh
+        self.llm = pool.take(self.key) if pool is not None else None
+        if self.llm is None:
+            self.llm = LLM(model, **engine_kwargs)
 
     def __enter__(self) -> VllmRunner:
         return self
@@ -70,17 +79,37 @@ class VllmRunner:
         self.close()
 
     def close(self) -> None:
-        """Shut the engine down, drop it, collect, empty caches, clean vLLM's distributed state, settle.
+        """Park the engine in the reuse pool when reuse is on and it can be reset, else shut it down.
 
-        On ROCm the shutdown waits ``shutdown_timeout_s`` (60 s) so the engine process is not killed while
-        the driver still reclaims VRAM; elsewhere vLLM's default. Closing twice is a no-op.
+        Closing twice is a no-op.
         """
         if self.llm is None:
             return
+        pool = current().pool
+        parked = pool is not None and pool.park(
+            self.key,
+            self.llm,
+            fresh=self.fresh,
+            reset=vllm_engine.reset,
+            state=vllm_engine.state,
+            shutdown=self._stop,
+            release=self._release,
+        )
+        if not parked:
+            self._stop(self.llm)
+        self.llm = None
+        if not parked:
+            self._release()
+
+    def _stop(self, llm) -> None:
+        """Shut the engine down. On ROCm this waits ``shutdown_timeout_s`` (60 s) so the engine process is
+        not killed while the driver still reclaims VRAM; elsewhere vLLM's default."""
+        llm.llm_engine.engine_core.shutdown(timeout=self.settings.shutdown_timeout_s)
+
+    def _release(self) -> None:
+        """Once the engine is dropped: collect, empty caches, clean vLLM's distributed state, settle."""
         from vllm.distributed import cleanup_dist_env_and_memory
 
-        self.llm.llm_engine.engine_core.shutdown(timeout=self.settings.shutdown_timeout_s)
-        self.llm = None
         _free()
         cleanup_dist_env_and_memory()
         settle(self.platform, self.settings)
