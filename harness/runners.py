@@ -68,9 +68,8 @@ class VllmRunner:
         self.key = fingerprint("vllm", normalise(LLM.__init__, (None, model), engine_kwargs))
         pool = context.pool
         self.fresh = pool is not None and pool.fresh
-        self.llm = pool.take(self.key) if pool is not None else None
-        if self.llm is None:
-            self.llm = LLM(model, **engine_kwargs)
+        warm = pool.take(self.key) if pool is not None else None
+        self.llm = warm if warm is not None else LLM(model, **engine_kwargs)
 
     def __enter__(self) -> VllmRunner:
         return self

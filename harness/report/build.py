@@ -195,7 +195,7 @@ def starts(records: Iterable[Record], reuses: Iterable[dict] = ()) -> Starts:
     records, reuses = list(records), list(reuses)
 
     def grouped(key: str) -> dict[str, Tally]:
-        keys = sorted({r[key] for r in [*records, *reuses]}, key=str)  # type: ignore[literal-required]
+        keys = sorted({r[key] for r in [*records, *reuses]}, key=str)
         return {
             k: _tally([r for r in records if r[key] == k], [r for r in reuses if r[key] == k])  # type: ignore[literal-required]
             for k in keys

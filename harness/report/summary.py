@@ -7,7 +7,7 @@ a note pointing at ``report.json``, which always has everything.
 from __future__ import annotations
 
 from harness.platform.base import GIB
-from harness.report.schema import Advice, Finding, Record, Report
+from harness.report.schema import Advice, Finding, Record, Report, Tally
 
 LIMIT = 1024 * 1024
 ROWS = 40  # rows per table before it is cut with a note
@@ -141,7 +141,7 @@ def _advice(advice: list[Advice], rows: int) -> list[str]:
     return lines
 
 
-def _reused(tally: dict) -> str:
+def _reused(tally: Tally) -> str:
     """`` N more avoided by reuse (S saved).`` when the reuse pool handed engines on."""
     if not tally.get("reused"):
         return ""

@@ -7,20 +7,14 @@ so "never two engines side by side" is checked on every start.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from harness import ledger
 from harness.config.settings import load_settings
 from harness.ledger.writer import LedgerWriter
 from harness.platform.host import HostPlatform
-from harness.tracking import context, starts
+from harness.tracking import context
 from harness.tracking.reuse import Pool
-from tests.fakes import gpu
-from tests.unit.runner_suites.fake_runner import FakeRunner
-
-GIB = 2**30
 
 
 class Engine:
@@ -166,31 +160,3 @@ class _Run:
     def __init__(self, fraction: float):
         self.id, self.model, self.startup_s = "main-1", "m", 30.0
         self.need = type("Need", (), {"fraction": fraction})()
-
-
-def test_an_evicted_engine_is_checked_before_the_engine_that_evicted_it_holds_memory(fake_gpus, tmp_path):
-    """The check after the test would count the new engine's memory as the evicted one's."""
-    fake_gpus([gpu(0, total=80 * GIB, used=GIB)])
-    on_gpu = context.build(None, {**os.environ, "HARNESS_PLATFORM": "cuda"})
-    on_gpu.writer = LedgerWriter(tmp_path / "gpu-ledger", worker="main")
-    replaced = context.use(on_gpu)
-    try:
-        pool = Pool(on_gpu.writer)
-        first = FakeRunner("colbert", gpu_memory_utilization=0.9)
-        pool.track(first, first.run, "s")
-        assert pool.park(
-            "A",
-            first,
-            fresh=False,
-            reset=lambda _: None,
-            state=lambda _: "s",
-            shutdown=FakeRunner.close,
-            release=lambda: None,
-        )
-        pool.make_room(0.9)  # a start of another configuration evicts the warm engine
-        second = FakeRunner("colbert-large", gpu_memory_utilization=0.9)
-        starts.check_released()  # the test ends with the new engine alive
-        second.close()
-    finally:
-        context.use(replaced)
-    assert ledger.read(tmp_path / "gpu-ledger").findings == []
