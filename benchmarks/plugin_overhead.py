@@ -6,13 +6,15 @@ Both variants run as fresh ``python -m pytest`` processes over the same generate
 the platform detected here (or ``HARNESS_PLATFORM``); "plain" is
 ``-p no:harness -p no:harness_workers``. "with" writes the ledger (one flushed ``test`` event per
 test) into a temporary directory, as ``harness run`` does. The figure is the ratio of the medians; each
-round's walls are printed so noise is visible.
+round's walls are printed so noise is visible, and the CPU seconds' ratio, which moves less with the host's
+load, on the line above the figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -21,10 +23,13 @@ import time
 from pathlib import Path
 
 
-def wall(args: list[str], cwd: Path, env: dict) -> float:
-    started = time.perf_counter()
+def wall(args: list[str], cwd: Path, env: dict) -> tuple[float, float]:
+    """(wall, CPU) seconds of one pytest process; CPU (user + system) moves less with the host's load."""
+    started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, check=True, capture_output=True)
-    return time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return time.perf_counter() - started, cpu
 
 
 def main() -> None:
@@ -38,10 +43,16 @@ def main() -> None:
         (root / "test_trivial.py").write_text(body)
         (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
         env = dict(os.environ)  # the platform detected here (or HARNESS_PLATFORM), as a user's run has
+        # Bytecode is cached, as for any installed package (pip compiles at install): with
+        # PYTHONDONTWRITEBYTECODE=1 (set on this machine) every run compiled harness's modules from
+        # source, and pytest rewrote their asserts, which plain pytest's precompiled modules never pay.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         common = ["-q", "-p", "no:cacheprovider", "test_trivial.py"]
         plain_args = common + ["-p", "no:harness", "-p", "no:harness_workers"]
         wall(plain_args, root, env)  # warm the file system cache and bytecode
+        wall(common + [f"--harness-ledger-dir={root / 'warm'}"], root, env)
         walls: dict[str, list[float]] = {"plain": [], "with": []}
+        cpus: dict[str, list[float]] = {"plain": [], "with": []}
         for round_ in range(options.rounds):
             # a fresh ledger each round, as each harness run has: a reused one grows and is re-read
             variants = {
@@ -49,10 +60,17 @@ def main() -> None:
                 "with": common + [f"--harness-ledger-dir={root / f'ledger{round_}'}"],
             }
             for name, args in variants.items():
-                walls[name].append(wall(args, root, env))
+                seconds, cpu = wall(args, root, env)
+                walls[name].append(seconds)
+                cpus[name].append(cpu)
             plain, with_plugin = walls["plain"][-1], walls["with"][-1]
             print(f"round {round_ + 1}: plain {plain:.2f} s, with plugin {with_plugin:.2f} s")
         plain, with_plugin = (statistics.median(walls[name]) for name in ("plain", "with"))
+        cpu_plain, cpu_with = (statistics.median(cpus[name]) for name in ("plain", "with"))
+        print(
+            f"CPU seconds, median of {options.rounds}: plain {cpu_plain:.2f}, with plugin {cpu_with:.2f}, "
+            f"ratio {cpu_with / cpu_plain:.3f}"
+        )
         print(
             f"{options.tests} trivial tests, median of {options.rounds}: plain {plain:.2f} s, "
             f"with plugin {with_plugin:.2f} s, ratio {with_plugin / plain:.3f} (goal <= 1.05)"

@@ -50,7 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="run directory (default harness-out/<suite>-<platform>/)")
     run.add_argument("--fail-fast", action="store_true", help="stop after the first failing phase")
     run.add_argument("--shard", metavar="I/N", help="run shard I (0-based) of N; Buildkite fills it")
-    run.add_argument("--durations-from", metavar="REPORT", help="report.json or run dir for LPT sharding")
+    run.add_argument(
+        "--durations-from",
+        metavar="REPORT",
+        help="a previous run (report.json or run dir): tests that started one engine configuration run "
+        "one after another; with --shard, LPT sharding by its durations",
+    )
     run.set_defaults(module="harness.run.command")
 
     report = sub.add_parser("report", help="(re)write the report files of a run directory")

@@ -43,6 +43,8 @@ class Settings:
     cpu_workers: Count = 1
     workers_per_gpu: Count = 1
     ledger_dir: str | None = None
+    reuse: bool = False
+    reuse_engines: int = 1
 
 
 PLATFORM_DEFAULTS = {

@@ -40,6 +40,8 @@ class Ledger:
     workers: list[WorkerInfo] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     collected: dict[str, None] = field(default_factory=dict)  # node ids collected, in order (a set)
+    reuses: list[dict[str, Any]] = field(default_factory=list)  # ``runner-reused``: a warm engine handed on
+    refusals: list[dict[str, Any]] = field(default_factory=list)  # ``reuse-refused``: not handed on, and why
 
 
 def events(path: Path) -> Iterator[dict[str, Any]]:
@@ -168,7 +170,8 @@ def unfinished(directory: str | os.PathLike) -> list[str]:
 
 
 def read(directory: str | os.PathLike) -> Ledger:
-    """Merge every ``*.jsonl`` below ``directory`` into records, findings, tests, workers and samples."""
+    """Merge every ``*.jsonl`` below ``directory`` into records, findings, tests, workers, samples and
+    reuse events."""
     ledger = Ledger()
     per_path, crashes = _load(directory)
     for listed in per_path.values():
@@ -188,7 +191,13 @@ def _without_kind(event: dict[str, Any]) -> dict[str, Any]:
 
 
 # The events that are kept as they are, and where each goes (``test`` events go through ``_tests_of``).
-_AS_IS = {"finding": "findings", "worker": "workers", "memory": "samples"}
+_AS_IS = {
+    "finding": "findings",
+    "worker": "workers",
+    "memory": "samples",
+    "runner-reused": "reuses",
+    "reuse-refused": "refusals",
+}
 
 
 def _merge(file_events: list[dict[str, Any]], ledger: Ledger) -> None:

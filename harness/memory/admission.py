@@ -3,8 +3,10 @@
 Holders are live runners (with the fraction of the device they declared, as vLLM's
 ``gpu_memory_utilization``) and live fixtures whose setup grew device memory. When holders explain the
 shortage, waiting cannot help (they live until their fixture scope ends, in this very process), so the
-start fails within ``block_grace_s`` naming each holder and what would free it. A shortage no holder
-explains is someone else's memory: that waits by the platform policy (``harness.memory.wait_for_memory``).
+start fails naming each holder and what would free it: at once when fixtures own every holder (a fixture's
+value lives until its scope ends, which cannot come while this start waits), else after ``block_grace_s``
+for holders that could still be collected. A shortage no holder explains is someone else's memory: that
+waits by the platform policy (``harness.memory.wait_for_memory``).
 
 Declared fractions matter because measured memory can hide the conflict: vLLM's CPU engine reserves its
 KV cache without touching it, so two engines whose fractions add past 1.0 both start on a laptop, while on
@@ -56,6 +58,10 @@ class Holder:
         )
         used = " + ".join(f"{max(0, b) / GIB:.2f}" for b in self.used_bytes.values()) or "0.00"
         return f"{self.label} ({declared}uses {used} GiB, {started}): {self.owner.lifetime()}"
+
+    def pinned(self) -> bool:
+        """Whether a fixture owns it: it lives until the fixture's scope ends, not while a start waits."""
+        return self.owner.fixture is not None
 
 
 class Holders:
@@ -145,10 +151,11 @@ def admit(
     """Return when ``need`` fits; raise ``RunnerBlocked`` naming the holders when they explain why not.
 
     ``memory`` reads the platform (visible index -> MemoryReading); ``wait`` is the platform-policy wait
-    for a shortage no holder explains. Within ``grace_s`` holders may still go (a garbage collection runs
-    the finalizers of dropped runners), so the check repeats until then. Declared shares past the device
-    block under ``overlap="block"``; under ``"warn"`` they are passed to ``warn`` once and the start goes
-    on when the measured memory fits.
+    for a shortage no holder explains. One garbage collection runs the finalizers of dropped runners and
+    empties the allocator's cache first. Then, when fixtures own every holder that explains the shortage,
+    the start is blocked at once; otherwise the check repeats for ``grace_s`` while they may still go.
+    Declared shares past the device block under ``overlap="block"``; under ``"warn"`` they are passed to
+    ``warn`` once and the start goes on when the measured memory fits.
     """
     __tracebackhide__ = True
     deadline = time.monotonic() + grace_s
@@ -173,6 +180,6 @@ def admit(
         if not explaining:
             wait(need)
             return
-        if time.monotonic() >= deadline:
+        if all(h.pinned() for h in explaining) or time.monotonic() >= deadline:
             raise RunnerBlocked(f"{label} cannot start: {short}; held by {_names(explaining)}")
         time.sleep(poll_s)

@@ -17,11 +17,11 @@ import pytest
 
 from harness import ledger
 from harness.ledger.records import Record
-from harness.pytest_plugin import crashes
+from harness.pytest_plugin import crashes, order
 from harness.pytest_plugin.membership import Membership
 from harness.pytest_plugin.workers import is_controller, process_context, worker_event, worker_id
 from harness.runners import HfRunner, VllmRunner
-from harness.tracking import patches, starts
+from harness.tracking import patches, reuse, starts
 from harness.tracking.attribution import CHILD
 from harness.tracking.sampler import MemorySampler
 
@@ -47,6 +47,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FILE",
         help="with --collect-only: write each phase's node ids into FILE's phase list (harness run)",
     )
+    group.addoption(
+        "--harness-reuse",
+        action="store_true",
+        help="keep a closed VllmRunner's engine warm for the next start of its configuration "
+        "([tool.harness] reuse = true)",
+    )
 
 
 def _enabled(config: pytest.Config) -> bool:
@@ -54,6 +60,11 @@ def _enabled(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "fresh_engine: this test's runners start their own engines, never taken from or left "
+        "to the reuse pool",
+    )
     os.environ.pop(CHILD, None)  # a pytest run inside a test records as itself, or not at all
     if config.getoption("harness_phases"):  # harness run's one collection: it records nothing
         config.pluginmanager.register(Membership(Path(config.getoption("harness_phases"))), "harness-phases")
@@ -80,6 +91,9 @@ def pytest_configure(config: pytest.Config) -> None:
     here.writer = writer = ledger.LedgerWriter(config.stash[_DIR], worker=worker)
     patches.install()
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
+    if settings.reuse or config.getoption("harness_reuse"):
+        here.pool = reuse.Pool(writer, settings.reuse_engines)
+        config.pluginmanager.register(_Reuse(here.pool), "harness-reuse")
     if settings.memory_sample_s > 0:
         config.stash[_SAMPLER] = MemorySampler(writer, platform, settings.memory_sample_s).start()
     writer.write("worker", **worker_event(config), **crashes.timeout_settings(config))
@@ -89,9 +103,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if _SAMPLER in config.stash:
         config.stash[_SAMPLER].stop()
     if _DIR in config.stash:
-        process_context(config).writer = None
+        here = process_context(config)
+        here.writer = here.pool = None
     if config.stash.get(_TEMPORARY, False):  # its summary is printed; nothing else reads it
         shutil.rmtree(config.stash[_DIR], ignore_errors=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With a previous run's configurations (``harness run --durations-from``), run tests that started the
+    same configuration one after another; after pytest's own grouping of fixture parameters."""
+    path = os.environ.get(order.CONFIGURATIONS)
+    if path and not config.getoption("no_harness"):
+        items[:] = order.by_configuration(items, order.load(path))
 
 
 class _Controller:
@@ -147,15 +171,17 @@ class _Recorder:
 
     def __init__(self, config: pytest.Config, writer: ledger.LedgerWriter):
         self.config, self.writer = config, writer
+        self.owner = process_context(config).owner  # this session's, fixed for its life
         self.reports: dict[str, pytest.TestReport] = {}
+        self.phase = os.environ.get("HARNESS_PHASE")
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not hasattr(self.config, "workerinput"):  # under xdist the controller lists them once
             self.writer.write("collected", sync=False, tests=[item.nodeid for item in session.items])
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
-        process_context(self.config).owner.enter_test(nodeid, location[0])
-        os.environ[CHILD] = process_context(self.config).owner.export(str(self.writer.directory))
+        self.owner.enter_test(nodeid, location[0])
+        os.environ[CHILD] = self.owner.export(str(self.writer.directory))
         self.reports = {}
         # a test-start without its test event marks the test the process died in
         self.writer.write(
@@ -164,7 +190,7 @@ class _Recorder:
             nodeid=nodeid,
             file=location[0],
             worker=self.writer.worker,
-            phase=os.environ.get("HARNESS_PHASE"),
+            phase=self.phase,
         )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -179,21 +205,38 @@ class _Recorder:
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
         starts.check_released()  # runners this test (or a fixture torn down with it) stopped
+        reports = self.reports
         self.writer.write(
             "test",
             sync=False,
             nodeid=nodeid,
             file=location[0],
-            outcome=_outcome(self.reports),
-            setup_s=_seconds(self.reports, "setup"),
-            call_s=_seconds(self.reports, "call"),
-            teardown_s=_seconds(self.reports, "teardown"),
+            outcome=_outcome(reports),
+            setup_s=_seconds(reports.get("setup")),
+            call_s=_seconds(reports.get("call")),
+            teardown_s=_seconds(reports.get("teardown")),
             worker=self.writer.worker,
             device=_device(self.config),
-            phase=os.environ.get("HARNESS_PHASE"),
+            phase=self.phase,
         )
-        process_context(self.config).owner.leave_test()
+        self.owner.leave_test()
         os.environ.pop(CHILD, None)
+
+
+class _Reuse:
+    """The reuse pool's view of the session: which test opted out, and the end of the session."""
+
+    def __init__(self, pool: reuse.Pool):
+        self.pool = pool
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """Before the test's fixtures: they may build runners too."""
+        self.pool.fresh = item.get_closest_marker("fresh_engine") is not None
+
+    def pytest_sessionfinish(self) -> None:
+        """Warm engines are shut down (and their stops recorded) while the ledger is still open."""
+        self.pool.close()
 
 
 def _timed_out(report: pytest.TestReport) -> bool:
@@ -205,16 +248,18 @@ def _timed_out(report: pytest.TestReport) -> bool:
     return before in text and after in text
 
 
-def _seconds(reports: dict, when: str) -> float | None:
-    report = reports.get(when)
+def _seconds(report: pytest.TestReport | None) -> float | None:
     return None if report is None else round(report.duration, 3)
 
 
 def _outcome(reports: dict) -> str:
-    setup, call, teardown = (reports.get(w) for w in ("setup", "call", "teardown"))
+    """One word for the test, from its phases' reports (the common case, all passed, decided first)."""
+    if all(r.passed for r in reports.values()) and "call" in reports:
+        return "passed"
+    setup, call, teardown = reports.get("setup"), reports.get("call"), reports.get("teardown")
     if setup is not None and setup.failed:
         return "error"
-    if any(r is not None and r.skipped for r in (setup, call)):
+    if (setup is not None and setup.skipped) or (call is not None and call.skipped):
         return "skipped"
     if call is not None and call.failed:
         return "failed"
@@ -273,8 +318,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     blocked = sum(r["outcome"] == "blocked" for r in records)
     failed = sum(r["outcome"] == "failed" for r in records)
     kept = "temporary, removed at exit" if config.stash[_TEMPORARY] else config.stash[_DIR]
+    reuses = [r for r in merged.reuses if r["t"] >= since]
+    avoided = (
+        f", {len(reuses)} avoided by reuse ({sum(r.get('saved_s') or 0 for r in reuses):.1f} s saved)"
+        if reuses
+        else ""
+    )
     write(
-        f"{len(started)} runner starts ({_by_kind(started)}), {blocked} blocked, {failed} failed; "
+        f"{len(started)} runner starts ({_by_kind(started)}), {blocked} blocked, {failed} failed{avoided}; "
         f"ledger: {kept}"
     )
     per_file: dict[str, list[Record]] = defaultdict(list)

@@ -267,6 +267,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 raise
             # an xdist worker cannot end the session with a usage error (xdist reports an INTERNALERROR)
             item.stash[_INVALID] = str(error)
+            if not config.pluginmanager.has_plugin("harness-invalid"):
+                config.pluginmanager.register(_Invalid(), "harness-invalid")
             continue
         if count is not None:
             needing.append((item, count))
@@ -287,11 +289,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.pluginmanager.register(_Narrowing(), "harness-narrowing")
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Under xdist, a test with a malformed ``gpus`` marker fails with the message a serial run stops on."""
-    message = item.stash.get(_INVALID, None)
-    if message is not None:
-        pytest.fail(message, pytrace=False)
+class _Invalid:
+    """Under xdist, a test with a malformed ``gpus`` marker fails with the message a serial run stops on.
+
+    Registered only when such a test was collected, so other runs pay nothing per test.
+    """
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        message = item.stash.get(_INVALID, None)
+        if message is not None:
+            pytest.fail(message, pytrace=False)
 
 
 class _Narrowing:

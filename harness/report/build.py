@@ -57,7 +57,9 @@ def build(run_dir: Path, env: Mapping[str, str]) -> Report:
         + _run_twice(ledger.tests),
         "workers": ledger.workers,
         "samples": sorted(ledger.samples, key=lambda sample: sample["t"]),
-        "starts": starts(ledger.records),
+        "reuses": ledger.reuses,
+        "reuse_refusals": ledger.refusals,
+        "starts": starts(ledger.records, ledger.reuses),
         "files": files(ledger.tests),
         "advice": advisor.advise(ledger.records),
     }
@@ -111,7 +113,9 @@ def _ledgers(ledger_root: Path, names: list[str]) -> tuple[Ledger, dict[str, dic
             continue
         ledger = read_ledger(ledger_root / name)
         collected[name] = ledger.collected
-        stamped = cast(list[dict], [*ledger.records, *ledger.tests, *ledger.workers, *ledger.findings])
+        stamped = cast(
+            list[dict], [*ledger.records, *ledger.tests, *ledger.workers, *ledger.findings, *ledger.reuses]
+        )
         for item in stamped:
             if item.get("phase") is None:
                 item["phase"] = name
@@ -120,6 +124,8 @@ def _ledgers(ledger_root: Path, names: list[str]) -> tuple[Ledger, dict[str, dic
         merged.tests += ledger.tests
         merged.workers += ledger.workers
         merged.samples += ledger.samples
+        merged.reuses += ledger.reuses
+        merged.refusals += ledger.refusals
     return merged, collected
 
 
@@ -201,28 +207,37 @@ def _unaccounted(
     return findings
 
 
-def starts(records: Iterable[Record]) -> Starts:
-    """Runner starts counted and timed by kind, by phase and by file: what the reuse work is judged by."""
-    records = list(records)
+def starts(records: Iterable[Record], reuses: Iterable[dict] = ()) -> Starts:
+    """Runner starts counted and timed by kind, by phase and by file: what the reuse work is judged by.
+
+    ``reused`` counts starts the reuse pool avoided (a warm engine handed on) and ``saved_s`` the seconds
+    those engines' own starts took.
+    """
+    records, reuses = list(records), list(reuses)
 
     def grouped(key: str) -> dict[str, Tally]:
-        keys = sorted({r[key] for r in records}, key=str)  # type: ignore[literal-required]
-        return {k: _tally([r for r in records if r[key] == k]) for k in keys}  # type: ignore[literal-required]
+        keys = sorted({r[key] for r in [*records, *reuses]}, key=str)
+        return {
+            k: _tally([r for r in records if r[key] == k], [r for r in reuses if r[key] == k])  # type: ignore[literal-required]
+            for k in keys
+        }
 
     return {
-        "total": _tally(records),
+        "total": _tally(records, reuses),
         "by_kind": grouped("kind"),
         "by_phase": grouped("phase"),
         "by_file": grouped("file"),
     }
 
 
-def _tally(group: list[Record]) -> Tally:
+def _tally(group: list[Record], reused: list[dict]) -> Tally:
     return {
         "starts": len(started(group)),
         "failed": len(group) - len(started(group)),
         "startup_s": round(sum(r.get("startup_s") or 0.0 for r in group), 3),
         "by_kind": dict(Counter(r["kind"] for r in started(group))),
+        "reused": len(reused),
+        "saved_s": round(sum(r.get("saved_s") or 0.0 for r in reused), 3),
     }
 
 

@@ -1,4 +1,4 @@
-"""``harness compare BEFORE AFTER``: what a change to the suites did to runner starts, wall time and outcomes.
+"""``harness compare BEFORE AFTER``: what a change did to runner starts, reuse, wall time and outcomes.
 
 Per suite, per phase and per file, each figure as ``64 → 18 (−46)``; files and phases present on one
 side only are marked added or removed. ``--fail-on-regression starts`` / ``wall:10%`` turn it into a CI
@@ -21,10 +21,13 @@ from harness.report.store import load
 METRICS = {
     "vllm_starts": "vLLM starts",
     "hf_starts": "HF starts",
+    "reused": "reused",
+    "saved_s": "saved",
     "wall_s": "wall",
     "passed": "passed",
     "failed": "failed",
 }
+SECONDS = ("saved_s", "wall_s")
 FAILED = ("failed", "error")
 MINUS = "\u2212"
 
@@ -98,7 +101,7 @@ def render(result: dict, fmt: str) -> str:
         for item in items:
             name = f"{scope} {item['name']}" + ("" if item["status"] == "both" else f" ({item['status']})")
             rows.append(
-                [name, *(change(*item["metrics"][m], seconds=m == "wall_s") for m in METRICS)],
+                [name, *(change(*item["metrics"][m], seconds=m in SECONDS) for m in METRICS)],
             )
     if fmt == "md":
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -164,8 +167,14 @@ def _files(report: Report) -> dict[str, dict]:
 
 
 def _kinds(tally: Tally | None) -> dict:
+    """Starts by kind, and the starts reuse avoided with their seconds (0 in reports made before reuse)."""
     kinds = tally.get("by_kind", {}) if tally else {}
-    return {"vllm_starts": kinds.get("vllm", 0), "hf_starts": kinds.get("hf", 0)}
+    return {
+        "vllm_starts": kinds.get("vllm", 0),
+        "hf_starts": kinds.get("hf", 0),
+        "reused": tally.get("reused", 0) if tally else 0,
+        "saved_s": tally.get("saved_s", 0.0) if tally else 0.0,
+    }
 
 
 def _outcomes(outcomes: dict) -> dict:

@@ -86,12 +86,15 @@ class Device(TypedDict):
 
 
 class Tally(TypedDict):
-    """Runner starts of a group: started, failed (blocked included), start-up seconds, starts by kind."""
+    """Runner starts of a group: started, failed (blocked included), start-up seconds, starts by kind, and
+    the starts the reuse pool avoided with the seconds they took (absent in reports made before reuse)."""
 
     starts: int
     failed: int
     startup_s: float
     by_kind: dict[str, int]
+    reused: NotRequired[int]
+    saved_s: NotRequired[float]
 
 
 class Starts(TypedDict):
@@ -155,6 +158,8 @@ class Report(TypedDict):
     findings: list[Finding]
     workers: list[WorkerInfo]
     samples: list[Sample]
+    reuses: NotRequired[list[dict[str, Any]]]  # the ledger's runner-reused events
+    reuse_refusals: NotRequired[list[dict[str, Any]]]  # its reuse-refused events
     starts: Starts
     files: dict[str, FileTally]
     advice: NotRequired[list[Advice]]

@@ -7,7 +7,7 @@ a note pointing at ``report.json``, which always has everything.
 from __future__ import annotations
 
 from harness.platform.base import GIB
-from harness.report.schema import Advice, Finding, Record, Report
+from harness.report.schema import Advice, Finding, Record, Report, Tally
 
 LIMIT = 1024 * 1024
 ROWS = 40  # rows per table before it is cut with a note
@@ -85,7 +85,7 @@ def _starts(report: Report, rows: int) -> list[str]:
     return [
         "## Runner starts",
         "",
-        f"{total['starts']} starts, {_seconds(total['startup_s'])} starting up.",
+        f"{total['starts']} starts, {_seconds(total['startup_s'])} starting up." + _reused(total),
         "",
         *_table(["kind", "starts", "failed", "startup"], kinds, rows),
         *_table(["file", "vLLM starts", "HF starts", "startup", "tests wall"], files, rows),
@@ -139,6 +139,13 @@ def _advice(advice: list[Advice], rows: int) -> list[str]:
     if not advice:
         lines.append("Every runner configuration started once per file and worker.")
     return lines
+
+
+def _reused(tally: Tally) -> str:
+    """`` N more avoided by reuse (S saved).`` when the reuse pool handed engines on."""
+    if not tally.get("reused"):
+        return ""
+    return f" {tally['reused']} more avoided by reuse ({_seconds(tally.get('saved_s'))} saved)."
 
 
 def _table(header: list[str], body: list[list[str]], rows: int) -> list[str]:

@@ -28,6 +28,7 @@ from harness.config.settings import Settings, ci_deadline, load_settings
 from harness.config.suites import Suite, load_suite
 from harness.errors import HarnessError
 from harness.platform import detect
+from harness.pytest_plugin.order import CONFIGURATIONS
 from harness.pytest_plugin.workers import auto_workers
 from harness.report.environment import redact_all
 from harness.report.finalize import finalize
@@ -38,7 +39,7 @@ from harness.run import directory
 from harness.run.process import Stopped, ignore_stop_signals, phase_timeout, stop_signals
 from harness.run.resume import run_resuming
 from harness.run.selection import claimed, members, split_selection
-from harness.run.shards import durations_from, parse_shard, shard_paths
+from harness.run.shards import configurations_from, durations_from, parse_shard, shard_paths
 
 # set by harness run for each phase: a user's value would send results where the report does not look
 RESERVED = ("--harness-ledger-dir", "--junitxml", "--junit-xml", "--junitprefix", "--no-harness")
@@ -56,11 +57,10 @@ def main(args) -> int:
     settings = load_settings(platform, pyproject, env)
     suite = load_suite(read_table(pyproject), args.suite, args.phases)
     shard = parse_shard(args.shard, env)
-    if args.durations_from and shard is None:
-        raise HarnessError("--durations-from only orders files for --shard; give --shard I/N as well")
     # CI reaches pytest through `nox -s X -- args`, so the history can also come from the environment.
-    history = args.durations_from or (env.get("HARNESS_DURATIONS_FROM") if shard else None)
-    durations = durations_from(history) if history else None
+    history = args.durations_from or env.get("HARNESS_DURATIONS_FROM")
+    durations = durations_from(history) if history and shard else None
+    configurations = configurations_from(history) if history else None
     selected = shard_paths(suite, shard, durations) if shard else {}
     extra = _pytest_args(args.pytest_args or [])
     extra, chosen = split_selection(extra)
@@ -70,6 +70,9 @@ def main(args) -> int:
     with directory.locked(out), stop_signals():
         try:
             directory.clear(out)
+            if configurations is not None:  # the plugin orders tests by the configurations they started
+                write_atomic(out / "configurations.json", json.dumps(configurations, indent=1) + "\n")
+                env[CONFIGURATIONS] = str((out / "configurations.json").resolve())
             return _run(out, suite, settings, detection, shard, selected, extra, env, args.fail_fast)
         except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
             return 128 + stopped.signum
@@ -197,7 +200,10 @@ def _finish(out: Path, meta: dict, console, env: dict) -> None:
     report = finalize(out, env=env)
     kinds = report["starts"]["total"]["by_kind"]
     shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"
-    console.print(f"runner starts by kind: {shown}")
+    total = report["starts"]["total"]
+    reused = total.get("reused", 0)
+    avoided = f"; {reused} avoided by reuse ({total.get('saved_s', 0.0):.1f} s)" if reused else ""
+    console.print(f"runner starts by kind: {shown}{avoided}")
     console.print(f"report: {out / 'report.json'}")
     outcomes: Counter[str] = Counter()
     for phase in report["phases"]:

@@ -17,7 +17,15 @@ from pathlib import Path
 from harness.errors import HarnessError
 
 LOCK = ".harness-run.lock"
-REPORT_FILES = ("phases.json", "report.json", "junit.xml", "summary.md", "timeline.svg", "report.html")
+REPORT_FILES = (
+    "phases.json",
+    "report.json",
+    "junit.xml",
+    "summary.md",
+    "timeline.svg",
+    "report.html",
+    "configurations.json",  # the previous run's configurations, when --durations-from gave one
+)
 OWN = {"ledger": ".jsonl", "junit": ".xml", "resume": ".args"}  # subdirectory → the files a run puts there
 
 

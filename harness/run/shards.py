@@ -59,6 +59,26 @@ def durations_from(path: str | os.PathLike[str]) -> dict[str, float]:
         raise ReportError(f"{path}: a test entry lacks a usable file or duration ({error!r})") from None
 
 
+def configurations_from(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Node id → fingerprint of the first vLLM configuration the test itself started or was handed warm.
+
+    Starts made by a wider-scoped fixture are left out: ordering tests cannot move those.
+    """
+    report = load(Path(path))
+    try:
+        owned = [
+            (event.get("start", event.get("t")), event["test"], event["fingerprint"])
+            for event in [*report["records"], *report.get("reuses", [])]
+            if event.get("kind") == "vllm" and event.get("test") and event.get("scope") in (None, "function")
+        ]
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ReportError(f"{path}: a runner record lacks a usable test or fingerprint ({error!r})") from None
+    first: dict[str, str] = {}
+    for _, test, key in sorted(owned, key=lambda entry: entry[0] or 0.0):
+        first.setdefault(test, key)
+    return first
+
+
 def assign(files: Iterable[str], count: int, durations: Mapping[str, float] | None = None) -> list[list[str]]:
     """Split ``files`` into ``count`` shards, each file in exactly one.
 

@@ -32,6 +32,7 @@ class Context:
     holders: Holders = field(default_factory=Holders)
     owner: Attribution = field(default_factory=Attribution)
     writer: LedgerWriter | None = None  # None: not recording
+    pool: Any = None  # harness.tracking.reuse.Pool when engine reuse is on (it builds on this module)
     _stopped: list[Any] = field(default_factory=list)  # stopped runs whose release is not checked yet
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -40,6 +41,8 @@ class Context:
             self._stopped.append(run)
 
     def take_stopped(self) -> list[Any]:
+        if not self._stopped:  # after every test, nearly always empty: no lock for that
+            return []
         with self._lock:
             runs, self._stopped = self._stopped, []
         return runs
@@ -71,6 +74,9 @@ def build(pyproject: Path | None, env: Mapping[str, str] = os.environ) -> Contex
 def current() -> Context:
     """This process's context, built from the current directory on first use outside pytest."""
     global _current
+    found = _current
+    if found is not None:  # every runner event and test asks: no lock once set (a swap is one assignment)
+        return found
     with _lock:
         if _current is None:
             _current = build(find_pyproject())

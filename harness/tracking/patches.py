@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.tracking.context import current
 from harness.tracking.starts import normalise, starting
-from harness.tracking.vllm_engine import watch_engine
+from harness.tracking.vllm_engine import state, watch_engine
 
 VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature cannot be read
 
@@ -43,10 +43,15 @@ def _patch_vllm(module) -> None:
         fraction = float(config.get("gpu_memory_utilization", default))
         ranks = int(config.get("tensor_parallel_size", 1)) * int(config.get("pipeline_parallel_size", 1))
         devices = tuple(range(ranks))
+        pool = current().pool
+        if pool is not None:  # warm engines go first: reuse never puts a new engine beside them
+            pool.make_room(fraction)
         with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
             original(self, *args, **kwargs)
         if run is not None:
             watch_engine(self, run)
+        if pool is not None:
+            pool.track(self, run, state(self))
 
     __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__init__ = __init__

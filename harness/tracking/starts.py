@@ -119,6 +119,7 @@ class Run:
         self.children_before = _children()
         self.pids: set[int] = set()  # its engine processes, known once it has started
         self.stopped = False
+        self.startup_s: float | None = None
 
     def label(self) -> str:
         return f"{self.kind} runner `{self.model}`"
@@ -129,6 +130,7 @@ class Run:
         return {i: allocator.reserved(i) - self.reserved_before[i] + engines.get(i, 0) for i in self.devices}
 
     def started(self, startup_s: float) -> None:
+        self.startup_s = round(startup_s, 3)
         self.pids = _children() - self.children_before
         held = self.held()
         self.writer.write(

@@ -40,3 +40,31 @@ def watch_engine(llm, run: Run) -> None:
         )
         return
     weakref.finalize(llm, shutdown).atexit = False
+
+
+def state(llm) -> str:
+    """What the engine runs with as the engine itself sees it; a test that changes it changes this text."""
+    return str(llm.llm_engine.vllm_config)
+
+
+def reset(llm) -> str | None:
+    """Undo what a test may leave in a live engine; the reason it cannot be handed on, or None.
+
+    Wakes a sleeping engine, removes LoRA adapters, empties the prefix cache and forgets the cached
+    default sampling parameters (they are read again from the model's generation config). Each only where
+    the engine has the feature: vLLM raises on ``list_loras`` without LoRA.
+    """
+    engine = llm.llm_engine
+    config = engine.vllm_config
+    try:
+        if config.model_config.enable_sleep_mode and engine.is_sleeping() and not llm.wake_up():
+            return "it was left asleep and did not wake up fully"
+        for adapter in sorted(engine.list_loras()) if config.lora_config is not None else ():
+            if not engine.remove_lora(adapter):
+                return f"LoRA adapter {adapter} could not be removed"
+        if config.cache_config.enable_prefix_caching and not llm.reset_prefix_cache():
+            return "its prefix cache could not be reset (requests still running)"
+    except Exception as error:  # an engine that fails here is not one to hand on
+        return f"resetting it failed: {type(error).__name__}: {error}"
+    llm.default_sampling_params = None
+    return None

@@ -125,6 +125,27 @@ class Worker:
             self.write("runner-stopped", stop, id=runner, teardown_s=0.5, mem_after_stop={device: used[2]})
         return runner
 
+    def reused(self, runner: str, test: str, t: float, *, fingerprint: str, saved_s: float) -> None:
+        """The reuse pool handed ``runner``'s warm engine to ``test``."""
+        self.write(
+            "runner-reused",
+            t,
+            runner=runner,
+            kind="vllm",
+            model="intfloat/e5-small",
+            fingerprint=fingerprint,
+            test=test,
+            file=test.split("::")[0],
+            fixture=None,
+            scope=None,
+            worker=self.name,
+            phase=self.phase,
+            saved_s=saved_s,
+        )
+
+    def refused(self, runner: str, test: str, t: float, reason: str) -> None:
+        self.write("reuse-refused", t, runner=runner, fingerprint="f1", model="m", test=test, reason=reason)
+
     def test(
         self, nodeid: str, outcome: str = "passed", t: float = 0.0, setup_s=0.0, call_s=0.1, teardown_s=0.0
     ):

@@ -11,6 +11,7 @@ from harness.platform.base import MemoryReading
 
 GIB = 2**30
 MODULE_OWNER = Owner("t.py::test_first", "t.py", "engine", "module", "main", None)
+BODY_OWNER = Owner("t.py::test_first", "t.py", None, None, "main", None)  # built in a test body
 
 
 @pytest.fixture
@@ -23,11 +24,18 @@ def _memory(used_gib: float, total_gib: float = 80):
     return lambda: {0: MemoryReading(int(used_gib * GIB), int(total_gib * GIB))}
 
 
-def _engine(live, fraction: float, key="gw0-1", used_gib: float | None = None, total_gib: float = 80):
+def _engine(
+    live,
+    fraction: float,
+    key="gw0-1",
+    used_gib: float | None = None,
+    total_gib: float = 80,
+    owner=MODULE_OWNER,
+):
     """A live engine that declared ``fraction`` and uses all of it (a decoder) or ``used_gib``."""
     declared = int(fraction * total_gib * GIB)
     used = declared if used_gib is None else int(used_gib * GIB)
-    live.hold(admission.Holder(key, "vllm runner `m`", MODULE_OWNER, (0,), {0: used}, fraction, declared))
+    live.hold(admission.Holder(key, "vllm runner `m`", owner, (0,), {0: used}, fraction, declared))
 
 
 def _admit(live, need, used_gib, grace_s=0.2, total_gib=80, **policy):
@@ -96,7 +104,7 @@ def test_holders_on_other_devices_do_not_count(live):
 
 
 def test_a_holder_released_during_the_grace_lets_the_runner_start(live):
-    _engine(live, 0.6)
+    _engine(live, 0.6, owner=BODY_OWNER)  # a runner dropped in a test body may still be collected
     readings = iter([_memory(50)(), _memory(50)(), _memory(1)()])
 
     def memory():
@@ -108,6 +116,48 @@ def test_a_holder_released_during_the_grace_lets_the_runner_start(live):
     admission.admit(
         "x", admission.Need((0,), 40 * GIB, None), holders=live, memory=memory, grace_s=5, wait=pytest.fail
     )
+
+
+def test_holders_fixtures_own_block_at_once_after_one_collection(live):
+    """A fixture's value lives until its scope ends: no grace, only the look after the gc pass."""
+    _engine(live, 0.6)
+    reads = []
+
+    def memory():
+        reads.append(1)
+        return _memory(50)()
+
+    with pytest.raises(RunnerBlocked):
+        admission.admit(
+            "x",
+            admission.Need((0,), 40 * GIB, None),
+            holders=live,
+            memory=memory,
+            grace_s=1,
+            wait=pytest.fail,
+        )
+    assert len(reads) == 2  # before and after the collection; the old grace polled for a second
+
+
+def test_the_grace_stays_when_any_explaining_holder_could_still_be_collected(live):
+    _engine(live, 0.3)
+    _engine(live, 0.3, key="gw0-2", owner=BODY_OWNER)
+    reads = []
+
+    def memory():
+        reads.append(1)
+        return _memory(50)()
+
+    with pytest.raises(RunnerBlocked):
+        admission.admit(
+            "x",
+            admission.Need((0,), 40 * GIB, None),
+            holders=live,
+            memory=memory,
+            grace_s=0.3,
+            wait=pytest.fail,
+        )
+    assert len(reads) > 2
 
 
 def test_unknown_need_is_admitted(live):

@@ -86,7 +86,6 @@ CLI = {
     "shard count over the cap": ["run", "--platform", "cpu", "--shard", "0/5000", "models"],
     "fullwidth shard index": ["run", "--platform", "cpu", "--shard", "\uff10/2", "models"],
     "arabic-indic shard count": ["run", "--platform", "cpu", "--shard", "0/\u0662", "models"],
-    "durations without shard": ["run", "--platform", "cpu", "--durations-from", "good.json", "models"],
     "durations file missing": [
         "run",
         "--platform",

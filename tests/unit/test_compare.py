@@ -58,7 +58,17 @@ def test_text_shows_the_drop_per_suite_phase_and_file(reports):
     done = _harness("compare", str(naive), str(shipped / "report.json"))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split() == ["vLLM", "starts", "HF", "starts", "wall", "passed", "failed"]
+    assert lines[0].split() == [
+        "vLLM",
+        "starts",
+        "HF",
+        "starts",
+        "reused",
+        "saved",
+        "wall",
+        "passed",
+        "failed",
+    ]
     rows = {
         line.split("  ")[0]: [cell for cell in line.split("  ")[1:] if cell.strip()] for line in lines[1:]
     }
@@ -66,20 +76,24 @@ def test_text_shows_the_drop_per_suite_phase_and_file(reports):
     assert cells["suite pooling"] == [
         "7 → 3 (−4)",
         "3 → 1 (−2)",
+        "0 → 0 (±0)",
+        "0.0s → 0.0s (±0.0s)",
         "320s → 170s (−150s, −47%)",
         "10 → 9 (−1)",
         "1 → 0 (−1)",
     ]
-    assert cells["phase default"][:3] == ["7 → 3 (−4)", "3 → 1 (−2)", "300s → 150s (−150s, −50%)"]
+    assert cells["phase default"][:5:2] == ["7 → 3 (−4)", "0 → 0 (±0)", "300s → 150s (−150s, −50%)"]
     assert cells["phase multi"] == [
         "0 → 0 (±0)",
         "0 → 0 (±0)",
+        "0 → 0 (±0)",
+        "0.0s → 0.0s (±0.0s)",
         "20.0s → 20.0s (±0.0s, ±0%)",
         "1 → 1 (±0)",
         "0 → 0 (±0)",
     ]
     assert cells["file tests/p/test_embed.py"][0] == "4 → 1 (−3)"
-    assert cells["file tests/p/test_embed.py"][2] == "124s → 34s (−90s, −73%)"
+    assert cells["file tests/p/test_embed.py"][4] == "124s → 34s (−90s, −73%)"
     assert cells["file tests/p/test_old.py (removed)"][:2] == ["1 → —", "0 → —"]
     assert cells["file tests/p/test_new.py (added)"][0] == "— → 1"
     assert done.stderr == ""
@@ -91,8 +105,8 @@ def test_markdown_and_json(reports):
     assert md.returncode == 0
     lines = md.stdout.splitlines()
     assert lines[:2] == [
-        "|  | vLLM starts | HF starts | wall | passed | failed |",
-        "|---|---|---|---|---|---|",
+        "|  | vLLM starts | HF starts | reused | saved | wall | passed | failed |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     assert "| suite pooling | 7 → 3 (−4) | 3 → 1 (−2) |" in md.stdout
     as_json = json.loads(_harness("compare", str(naive), str(shipped), "--format", "json").stdout)
@@ -208,3 +222,25 @@ def test_change_formats():
     assert change(None, None) == "—"
     assert change(0.0, 4.0, seconds=True) == "0.0s → 4.0s (+4.0s)"
     assert change(1, 1) == "1 → 1 (±0)"
+
+
+def test_reuse_shows_as_starts_avoided_and_seconds_saved(tmp_path, reports):
+    naive, _ = reports
+    run = Run(tmp_path / "reused").phase("default", 0, 160.0)
+    worker = run.worker("default")
+    first = worker.runner("tests/p/test_embed.py::test_0", 0, 30, 31)
+    for n in range(1, 4):
+        worker.reused(
+            first, f"tests/p/test_embed.py::test_{n}", 40 + n, fingerprint="a1b2c3d4e5f6", saved_s=30
+        )
+    run.finalize()
+    done = _harness("compare", str(naive), str(tmp_path / "reused"), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["suite"]["metrics"]["reused"] == [0, 3]
+    assert result["suite"]["metrics"]["saved_s"] == [0, 90.0]
+    files = {f["name"]: f["metrics"] for f in result["files"]}
+    assert files["tests/p/test_embed.py"]["vllm_starts"] == [4, 1]
+    assert files["tests/p/test_embed.py"]["reused"] == [0, 3]
+    text = _harness("compare", str(naive), str(tmp_path / "reused")).stdout
+    assert "0 → 3 (+3)" in text and "0.0s → 90.0s (+90.0s)" in text

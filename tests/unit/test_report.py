@@ -52,8 +52,21 @@ def test_finalize_writes_every_file_and_a_versioned_report(tmp_path):
 
 def test_starts_are_summarised_by_kind_phase_and_file(tmp_path):
     starts = overlap_run(tmp_path).finalize()["starts"]
-    assert starts["total"] == {"starts": 4, "failed": 0, "startup_s": 86.0, "by_kind": {"vllm": 3, "hf": 1}}
-    assert starts["by_kind"]["vllm"] == {"starts": 3, "failed": 0, "startup_s": 78.0, "by_kind": {"vllm": 3}}
+    none = {"reused": 0, "saved_s": 0}
+    assert starts["total"] == {
+        "starts": 4,
+        "failed": 0,
+        "startup_s": 86.0,
+        "by_kind": {"vllm": 3, "hf": 1},
+        **none,
+    }
+    assert starts["by_kind"]["vllm"] == {
+        "starts": 3,
+        "failed": 0,
+        "startup_s": 78.0,
+        "by_kind": {"vllm": 3},
+        **none,
+    }
     assert starts["by_phase"]["multi"]["startup_s"] == 20.0
     assert starts["by_phase"]["default"]["by_kind"] == {"vllm": 2, "hf": 1}
     assert starts["by_file"]["tests/p/test_a.py"] == {
@@ -61,7 +74,36 @@ def test_starts_are_summarised_by_kind_phase_and_file(tmp_path):
         "failed": 0,
         "startup_s": 58.0,
         "by_kind": {"vllm": 2},
+        **none,
     }
+
+
+def test_reuses_count_as_starts_avoided_with_the_seconds_of_the_start_they_saved(tmp_path):
+    run = Run(tmp_path).phase("default", 0, 100)
+    worker = run.worker("default")
+    first = worker.runner("tests/p/test_a.py::test_one", 0, 30, fingerprint="f1")
+    worker.reused(first, "tests/p/test_a.py::test_two", 40, fingerprint="f1", saved_s=30.0)
+    worker.reused(first, "tests/p/test_b.py::test_three", 50, fingerprint="f1", saved_s=30.0)
+    worker.refused(first, "tests/p/test_b.py::test_four", 60, "its configuration changed while in use")
+    report = run.finalize()
+    starts = report["starts"]
+    assert (starts["total"]["starts"], starts["total"]["reused"], starts["total"]["saved_s"]) == (1, 2, 60.0)
+    assert starts["by_file"]["tests/p/test_b.py"] == {
+        "starts": 0,
+        "failed": 0,
+        "startup_s": 0,
+        "by_kind": {},
+        "reused": 1,
+        "saved_s": 30.0,
+    }
+    assert starts["by_phase"]["default"]["reused"] == 2
+    assert [r["test"] for r in report["reuses"]] == [
+        "tests/p/test_a.py::test_two",
+        "tests/p/test_b.py::test_three",
+    ]
+    assert [r["reason"] for r in report["reuse_refusals"]] == ["its configuration changed while in use"]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "1 starts, 30.0 s starting up. 2 more avoided by reuse (60.0 s saved)." in summary
 
 
 def test_files_sum_setup_call_teardown(tmp_path):

@@ -316,11 +316,23 @@ def test_harness_run_shards_by_the_durations_of_a_recorded_run(suite, tmp_path):
         assert ran_files(suite) == (f"{index}/2", expected)
 
 
+def test_without_a_shard_the_previous_run_orders_tests_by_configuration(suite, tmp_path):
+    assert harness_run(suite).returncode == 0
+    recorded = tmp_path / "recorded"
+    (suite / "harness-out" / "demo-cpu").rename(recorded)
+    done = harness_run(suite, "--durations-from", str(recorded))
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = suite / "harness-out" / "demo-cpu" / "configurations.json"
+    assert json.loads(written.read_text()) == {}  # the demo suite starts no engine
+    assert ran_files(suite) == (None, FILES)
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
         (["--shard", "2/2"], "--shard '2/2' is out of range"),
         (["--shard", "0/2", "--durations-from", "missing.json"], "missing.json: no such report file"),
+        (["--durations-from", "missing.json"], "missing.json: no such report file"),
     ],
 )
 def test_bad_shard_input_to_harness_run_is_one_line_exit_2(suite, args, says):

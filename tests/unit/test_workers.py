@@ -244,6 +244,31 @@ def test_users_timeout_option_wins_over_the_platform_default(cuda4, session, mon
     result.stdout.fnmatch_lines(["*Timeout (>1.0s)*"])
 
 
+WATCHED = """
+import signal, time, pytest
+
+def test_the_timer_is_the_harness_watchdog():
+    assert type(signal.getsignal(signal.SIGALRM).__self__).__name__ == "Watchdog"
+
+def test_first_half():
+    time.sleep(0.8)
+
+def test_second_half_outlives_the_alarm_armed_before_it():
+    time.sleep(0.8)
+
+@pytest.mark.timeout(0.3)
+def test_a_sooner_deadline_rearms_the_alarm():
+    time.sleep(5)
+"""
+
+
+def test_one_watchdog_keeps_pytest_timeouts_deadlines_and_report(cuda4, session):
+    """The alarm armed in the first test fires in the third: it re-arms for that test's own deadline."""
+    result = session("--timeout", "1.2", tests=WATCHED)
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*Timeout (>0.3s) from pytest-timeout*", "FAILED *sooner_deadline*"])
+
+
 def test_a_bad_gpus_marker_under_xdist_fails_its_test_not_the_session(cuda4, session):
     result = session("-n", "2", tests="import pytest\n@pytest.mark.gpus('two')\ndef test_x():\n    pass\n")
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

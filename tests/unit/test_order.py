@@ -1,0 +1,98 @@
+"""Configuration-aware order (harness.pytest_plugin.order): tests that started one configuration last time
+run one after another, never across their module, class or wider fixture parameters; pytest's own order
+without a history; the history from a recorded run (harness.run.shards.configurations_from)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.errors import ReportError
+from harness.run.shards import configurations_from
+from tests.unit.report_runs import Run
+
+pytest_plugins = ["pytester"]
+
+SUITE = """
+import pytest
+
+@pytest.fixture(scope="session", params=["m1", "m2"])
+def model(request):
+    return request.param
+
+def test_a(model): pass
+def test_b(model): pass
+def test_c(model): pass
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_d(model, n): pass
+
+class TestK:
+    def test_x(self): pass
+    def test_y(self): pass
+    def test_z(self): pass
+
+def test_e(): pass
+"""
+
+
+def _order(pytester, configurations: dict | None) -> list[str]:
+    pytester.makepyfile(test_s=SUITE)
+    if configurations is not None:
+        path = pytester.path / "configurations.json"
+        path.write_text(json.dumps({f"test_s.py::{k}": v for k, v in configurations.items()}))
+        pytester._monkeypatch.setenv("HARNESS_CONFIGURATIONS", str(path))
+    result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+    return [line.removeprefix("test_s.py::") for line in result.outlines if line.startswith("test_s.py::")]
+
+
+def test_without_history_the_order_is_pytests(pytester):
+    assert _order(pytester, None) == [
+        "test_a[m1]", "test_b[m1]", "test_c[m1]", "test_d[m1-1]", "test_d[m1-2]",
+        "test_a[m2]", "test_b[m2]", "test_c[m2]", "test_d[m2-1]", "test_d[m2-2]",
+        "TestK::test_x", "TestK::test_y", "TestK::test_z", "test_e",
+    ]  # fmt: skip
+
+
+def test_tests_of_one_configuration_are_gathered_within_their_module_class_and_parameters(pytester):
+    history = {
+        "test_a[m1]": "A", "test_b[m1]": "B", "test_c[m1]": "A", "test_d[m1-1]": "B", "test_d[m1-2]": "A",
+        "test_a[m2]": "C", "test_b[m2]": "D", "test_c[m2]": "C",
+        "TestK::test_x": "A", "TestK::test_y": "B", "TestK::test_z": "A", "test_e": "A",
+    }  # fmt: skip
+    assert _order(pytester, history) == [
+        "test_a[m1]", "test_c[m1]", "test_d[m1-2]", "test_b[m1]", "test_d[m1-1]",
+        "test_a[m2]", "test_c[m2]", "test_b[m2]", "test_d[m2-1]", "test_d[m2-2]",
+        "TestK::test_x", "TestK::test_z", "TestK::test_y", "test_e",
+    ]  # fmt: skip
+
+
+def test_an_unreadable_history_file_is_one_line(pytester):
+    pytester.makepyfile(test_s="def test_a(): pass\n")
+    pytester._monkeypatch.setenv("HARNESS_CONFIGURATIONS", str(pytester.path / "missing.json"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: HARNESS_CONFIGURATIONS=*missing.json: cannot read it*"])
+
+
+def test_the_history_is_each_tests_first_own_vllm_configuration(tmp_path):
+    run = Run(tmp_path).phase("default", 0, 100)
+    worker = run.worker("default")
+    worker.runner("t.py::test_one", 0, 30, 31, fingerprint="A")
+    worker.runner("t.py::test_one", 40, 30, 71, fingerprint="B")  # its second: not the one it is filed by
+    worker.runner("t.py::test_two", 80, 30, 111, fingerprint="C", fixture="engine", scope="module")
+    worker.runner("t.py::test_three", 120, 5, 126, fingerprint="H", kind="hf")
+    first = worker.runner("t.py::test_four", 130, 30, fingerprint="B")
+    worker.reused(first, "t.py::test_five", 170, fingerprint="B", saved_s=30)
+    run.finalize()
+    # the module-scoped fixture's start cannot move with its test; HF loads are not engine configurations
+    expected = {"t.py::test_one": "A", "t.py::test_four": "B", "t.py::test_five": "B"}
+    assert configurations_from(tmp_path) == expected
+    assert configurations_from(tmp_path / "report.json") == expected
+
+
+def test_a_history_that_is_not_a_report_is_one_line(tmp_path):
+    (tmp_path / "report.json").write_text("[]")
+    with pytest.raises(ReportError):
+        configurations_from(tmp_path / "report.json")

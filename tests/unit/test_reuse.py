@@ -1,0 +1,162 @@
+"""The reuse pool (harness.tracking.reuse) over stand-in engines: what is kept, handed on, refused, shut down.
+
+The engines are plain objects (the pool never looks inside one: reset, state and shutdown are the
+owner's); the real vLLM path is in test_reuse_vllm.py. ``alive`` tracks which engines are not shut down,
+so "never two engines side by side" is checked on every start.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import ledger
+from harness.config.settings import load_settings
+from harness.ledger.writer import LedgerWriter
+from harness.platform.host import HostPlatform
+from harness.tracking import context
+from harness.tracking.reuse import Pool
+
+
+class Engine:
+    def __init__(self, key: str, alive: set):
+        self.key, self.alive, self.config, self.dirty = key, alive, {"max_model_len": 128}, False
+        alive.add(self)
+
+
+def state(engine: Engine) -> str:
+    return str(engine.config)
+
+
+def reset(engine: Engine) -> str | None:
+    if engine.dirty == "stuck":
+        return "it was left asleep and did not wake up fully"
+    engine.dirty = False
+    return None
+
+
+@pytest.fixture(autouse=True)
+def here():
+    """A context of its own: the pool reads ownership and holders from the process context."""
+    mine = context.Context(HostPlatform(), load_settings("cpu", None, env={}))
+    mine.owner.enter_test("test_x.py::test_one", "test_x.py")
+    replaced = context.use(mine)
+    yield mine
+    context.use(replaced)
+
+
+@pytest.fixture
+def world(tmp_path):
+    """(pool, alive engines, start(key, fraction), close(key, engine)) as VllmRunner drives the pool."""
+    directory = tmp_path / "ledger"
+    pool = Pool(LedgerWriter(directory, worker="main"))
+    alive: set[Engine] = set()
+
+    def start(key: str, fraction: float | None = 0.9) -> Engine:
+        engine = pool.take(key)
+        if engine is None:
+            pool.make_room(fraction)  # what the instrumented vllm.LLM does before every start
+            assert not alive, "a new engine would start beside a warm one"
+            engine = Engine(key, alive)
+            pool.track(engine, None, state(engine))
+        return engine
+
+    def close(key: str, engine: Engine, fresh: bool = False) -> None:
+        if not pool.park(
+            key, engine, fresh=fresh, reset=reset, state=state, shutdown=alive.discard, release=lambda: None
+        ):
+            alive.discard(engine)
+
+    yield pool, alive, start, close, directory
+
+
+def test_the_next_start_of_a_configuration_gets_the_warm_engine_and_is_recorded(world):
+    pool, alive, start, close, directory = world
+    first = start("A")
+    close("A", first)
+    assert alive == {first}  # warm
+    second = start("A")
+    assert second is first
+    close("A", second)
+    reuses = ledger.read(directory).reuses
+    assert [(r["fingerprint"], r["test"], r["worker"]) for r in reuses] == [
+        ("A", "test_x.py::test_one", "main")
+    ]
+
+
+def test_a_start_of_another_configuration_shuts_the_warm_engine_down_first(world):
+    pool, alive, start, close, _ = world
+    a = start("A")
+    close("A", a)
+    b = start("B")  # start() asserts nothing else is alive when an engine is built
+    assert alive == {b}
+    close("B", b)
+    assert start("A") is not a and a not in alive
+
+
+def test_a_changed_engine_is_not_handed_on_and_the_reason_is_in_the_ledger(world):
+    pool, alive, start, close, directory = world
+    engine = start("A")
+    engine.config["max_model_len"] = 7  # a test changed what the engine runs with
+    close("A", engine)
+    assert engine not in alive
+    assert start("A") is not engine
+    [refusal] = ledger.read(directory).refusals
+    assert refusal["reason"] == "its configuration changed while in use (no reset undoes that)"
+    assert refusal["test"] == "test_x.py::test_one"
+
+
+def test_what_a_reset_undoes_is_undone_and_what_it_cannot_is_refused(world):
+    pool, alive, start, close, directory = world
+    engine = start("A")
+    engine.dirty = True
+    close("A", engine)
+    assert engine in alive and engine.dirty is False
+    assert start("A") is engine
+    engine.dirty = "stuck"
+    close("A", engine)
+    assert engine not in alive
+    assert [r["reason"] for r in ledger.read(directory).refusals] == [
+        "it was left asleep and did not wake up fully"
+    ]
+
+
+def test_the_fresh_engine_marker_gets_a_new_engine_and_leaves_nothing_warm(world):
+    pool, alive, start, close, directory = world
+    warm = start("A")
+    close("A", warm)
+    pool.fresh = True
+    fresh = start("A")
+    assert fresh is not warm and alive == {fresh}
+    close("A", fresh, fresh=True)
+    assert not alive
+    assert "fresh_engine" in ledger.read(directory).refusals[0]["reason"]
+
+
+def test_more_warm_engines_only_when_configured_and_their_fractions_fit(tmp_path):
+    alive: set[Engine] = set()
+    pool = Pool(LedgerWriter(tmp_path, worker="main"), capacity=3)
+
+    def park(key: str, fraction: float) -> Engine:
+        engine = Engine(key, alive)
+        pool.track(engine, _Run(fraction), state(engine))
+        assert pool.park(
+            key, engine, fresh=False, reset=reset, state=state, shutdown=alive.discard, release=lambda: None
+        )
+        return engine
+
+    a, b = park("A", 0.3), park("B", 0.3)
+    assert alive == {a, b}
+    pool.make_room(0.3)  # fits beside both
+    assert alive == {a, b}
+    pool.make_room(0.5)  # the oldest goes
+    assert alive == {b}
+    pool.close()
+    assert not alive
+
+
+class _Run:
+    """What the pool reads of a recorded run: its id, model, declared fraction and startup seconds."""
+
+    def __init__(self, fraction: float):
+        self.id, self.model, self.startup_s = "main-1", "m", 30.0
+        self.need = type("Need", (), {"fraction": fraction})()

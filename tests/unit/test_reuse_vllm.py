@@ -1,0 +1,50 @@
+"""Engine reuse on vLLM's real CPU build (tests/unit/vllm_reuse/reuse_suite.py, one pytest run, ~4 starts
+of ~30 s): a warm engine is handed to the next test of its configuration, never kept beside another start,
+not handed on once a test changed it, and not given to a test marked ``fresh_engine``."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness import ledger
+
+pytest_plugins = ["pytester"]
+SUITE = Path(__file__).parent / "vllm_reuse" / "reuse_suite.py"
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM's CPU build")
+
+
+def test_reuse_hands_on_clean_engines_one_at_a_time(pytester, monkeypatch):
+    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
+    shutil.copy(SUITE, pytester.path / "test_reuse_suite.py")
+    directory = pytester.path / "ledger"
+    result = pytester.runpytest_subprocess(
+        "--harness-ledger-dir", str(directory), "--harness-reuse", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=6)
+    merged = ledger.read(directory)
+    vllm = [r for r in merged.records if r["kind"] == "vllm"]
+    name = "test_reuse_suite.py::test_"
+    assert [r["test"].removeprefix(name) for r in vllm] == [
+        "first",
+        "other_configuration",
+        "after_the_change",
+        "fresh",
+    ]
+    assert {r["outcome"] for r in vllm} == {"started"}  # every one stopped, the last at the session's end
+    for earlier, later in zip(vllm, vllm[1:], strict=False):
+        assert earlier["stop"] <= later["start"], "two engines were alive at once"
+    assert [(r["test"].removeprefix(name), r["runner"]) for r in merged.reuses] == [
+        ("same_configuration", vllm[0]["id"]),
+        ("changes_its_engine", vllm[1]["id"]),
+    ]
+    assert all(r["saved_s"] > 1 for r in merged.reuses)
+    assert [(r["test"].removeprefix(name), r["reason"]) for r in merged.refusals] == [
+        ("changes_its_engine", "its configuration changed while in use (no reset undoes that)"),
+        ("fresh", "the test asked for a fresh engine (fresh_engine marker)"),
+    ]
+    result.stdout.fnmatch_lines(["*4 runner starts (vllm 4)*2 avoided by reuse*"])
