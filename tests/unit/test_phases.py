@@ -200,12 +200,13 @@ workers = "serial"
 
 
 def test_the_ci_deadline_stops_a_phase_in_time_to_write_the_report(project, pytester, monkeypatch):
-    """No timeout_s: only HARNESS_CI_DEADLINE (3 s past the report margin from now) stops the phase."""
+    """No timeout_s: only HARNESS_CI_DEADLINE (15 s past the report margin from now: the run's collection
+    pass comes first, slow on a loaded machine) stops the phase."""
     project(ONE_HANGING_PHASE, test_hang=HANGS)
-    monkeypatch.setenv("HARNESS_CI_DEADLINE", str(time.time() + REPORT_MARGIN_S + 3))
+    monkeypatch.setenv("HARNESS_CI_DEADLINE", str(time.time() + REPORT_MARGIN_S + 15))
     assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 2
     (hung,) = phases_json(pytester.path / "out")["phases"]
-    assert hung["timed_out"] and hung["wall_s"] < 3 + 10 + 5
+    assert hung["timed_out"] and hung["wall_s"] < 15 + 10 + 5
     assert (pytester.path / "out" / "report.json").is_file()
     assert 'name="test_before"' in (pytester.path / "out" / "junit" / "hangs.xml").read_text()
 
