@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     buildkite.set_defaults(module="harness.ci.buildkite")
     matrix = ci_sub.add_parser("matrix", help="print the platform x suite matrix")
     matrix.add_argument(
-        "--format", choices=["github", "json"], default="github", help="a GitHub Actions matrix, or plain JSON"
+        "--format", choices=["github", "json"], default="github", help="GitHub Actions matrix or plain JSON"
     )
     matrix.add_argument("--platforms", default=None, help="comma-separated (default: [tool.harness.ci])")
     matrix.add_argument("--suites", default=None, help="comma-separated (default: [tool.harness.ci])")
