@@ -1,4 +1,5 @@
 """pytest plugin glue: attribution hooks, the ledger per worker, runner fixtures, terminal summary.
+Registered by the entry point (``plugin``) when the session asked for the harness.
 
 Every worker (or the single process) writes ``<ledger dir>/<worker>.jsonl``; under xdist the controller
 writes nothing and reads the whole directory for the summary, so a worker that was killed still counts.
@@ -28,24 +29,11 @@ _DEVICE = pytest.StashKey[str | None]()
 _SAMPLER = pytest.StashKey[MemorySampler]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("harness")
-    group.addoption(
-        "--harness-ledger-dir",
-        default=None,
-        help="directory for the runner ledger, one <worker>.jsonl per worker "
-        "(default: $HARNESS_LEDGER_DIR, else a new temporary directory)",
-    )
-    group.addoption("--no-harness", action="store_true", help="do not record runners or check admission")
-
-
 def _enabled(config: pytest.Config) -> bool:
-    return not config.getoption("no_harness") and _DIR in config.stash
+    return _DIR in config.stash
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("no_harness"):
-        return
     try:  # a broken [tool.harness] or device mask is one line, not an INTERNALERROR
         platform, settings = starts.platform(), starts.settings()
     except HarnessError as error:

@@ -24,6 +24,7 @@ from harness.config.settings import load_settings
 from harness.config.suites import load_suite
 from harness.errors import HarnessError
 from harness.platform import detect
+from harness.pytest_plugin.plugin import SWITCH
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS, worst
 from harness.report.store import write_atomic
@@ -65,6 +66,7 @@ def main(args) -> int:
     console = Console()
     console.print(f"[bold]harness run {suite.name}[/] on {platform} ({detection.reason}) → {out}")
     env["HARNESS_PLATFORM"] = platform  # every phase's pytest agrees with this run's platform
+    env[SWITCH] = "1"  # the plugin acts in every phase, whether or not the suite's pyproject asks
     for number, phase in enumerate(suite.phases, 1):
         console.rule(f"phase {number}/{len(suite.phases)}: {phase.name}")
         paths = selected.get(phase.name) if shard else None

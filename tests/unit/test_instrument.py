@@ -50,7 +50,7 @@ def cpu_run(pytester, monkeypatch):
             pytester.makepyfile(**{name: textwrap.dedent(source)})
         directory = pytester.path / "ledger"
         result = pytester.runpytest_subprocess(
-            "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
+            "--harness", "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
         )
         return result, ledger.read(directory)
 
