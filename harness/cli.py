@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 
+from harness import __version__
 from harness.errors import HarnessError
 
 MAX_ERROR_CHARS = 500  # an error line quoting a 100 KB value would bury the log: cut it
@@ -33,6 +34,7 @@ def _print_error(message: str) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="harness", description="CI harness for GPU model test suites.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     doctor = sub.add_parser("doctor", help="platform, devices, memory, versions and fitting nox sessions")
@@ -44,8 +46,10 @@ def _parser() -> argparse.ArgumentParser:
         help="run a suite's phases in order and write the run directory",
         usage="harness run SUITE [options] [-- pytest args]",
     )
-    run.add_argument("suite")
-    run.add_argument("--platform", choices=["cuda", "rocm", "cpu"])
+    run.add_argument("suite", help="a suite of [tool.harness.suites] in pyproject.toml, e.g. pooling")
+    run.add_argument(
+        "--platform", choices=["cuda", "rocm", "cpu"], help="the platform to run on (default: detected)"
+    )
     run.add_argument("--phase", action="append", dest="phases", metavar="NAME", help="run only these phases")
     run.add_argument("--out", help="run directory (default harness-out/<suite>-<platform>/)")
     run.add_argument("--fail-fast", action="store_true", help="stop after the first failing phase")
@@ -59,13 +63,13 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(module="harness.run.command")
 
     report = sub.add_parser("report", help="(re)write the report files of a run directory")
-    report.add_argument("run_dir")
+    report.add_argument("run_dir", help="a run directory that harness run wrote")
     report.set_defaults(module="harness.report.finalize")
 
     compare = sub.add_parser("compare", help="compare two reports: starts, wall, outcomes")
-    compare.add_argument("before")
-    compare.add_argument("after")
-    compare.add_argument("--format", choices=["text", "md", "json"], default="text")
+    compare.add_argument("before", help="the baseline: a report.json or its run directory")
+    compare.add_argument("after", help="the run to judge: a report.json or its run directory")
+    compare.add_argument("--format", choices=["text", "md", "json"], default="text", help="output format")
     compare.add_argument(
         "--fail-on-regression",
         action="append",
@@ -78,14 +82,22 @@ def _parser() -> argparse.ArgumentParser:
     ci = sub.add_parser("ci", help="generate CI configuration")
     ci_sub = ci.add_subparsers(dest="ci_command", required=True)
     buildkite = ci_sub.add_parser("buildkite", help="print a dynamic Buildkite pipeline (YAML)")
-    buildkite.add_argument("--platforms", default=None, help="comma-separated, e.g. cuda,rocm")
-    buildkite.add_argument("--suites", default=None, help="comma-separated, e.g. pooling,generation")
-    buildkite.add_argument("--parallelism", type=int, default=None)
+    buildkite.add_argument(
+        "--platforms", default=None, help="comma-separated, e.g. cuda,rocm (default: [tool.harness.ci])"
+    )
+    buildkite.add_argument(
+        "--suites", default=None, help="comma-separated, e.g. pooling,generation (default: [tool.harness.ci])"
+    )
+    buildkite.add_argument(
+        "--parallelism", type=int, default=None, help="jobs per platform x suite (default: [tool.harness.ci])"
+    )
     buildkite.set_defaults(module="harness.ci.buildkite")
     matrix = ci_sub.add_parser("matrix", help="print the platform x suite matrix")
-    matrix.add_argument("--format", choices=["github", "json"], default="github")
-    matrix.add_argument("--platforms", default=None)
-    matrix.add_argument("--suites", default=None)
+    matrix.add_argument(
+        "--format", choices=["github", "json"], default="github", help="GitHub Actions matrix or plain JSON"
+    )
+    matrix.add_argument("--platforms", default=None, help="comma-separated (default: [tool.harness.ci])")
+    matrix.add_argument("--suites", default=None, help="comma-separated (default: [tool.harness.ci])")
     matrix.set_defaults(module="harness.ci.github")
     return parser
 

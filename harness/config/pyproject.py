@@ -17,18 +17,27 @@ def find_pyproject(start: Path | None = None) -> Path | None:
     return None
 
 
-def read_table(pyproject: Path | None) -> dict:
-    """``[tool.harness]`` as a dict ({} without a file or table); a broken file names file and line."""
+def _tool(pyproject: Path | None) -> dict:
+    """The ``[tool]`` table ({} without a file); a broken file names file and line."""
     if pyproject is None:
         return {}
     try:
         with open(pyproject, "rb") as file:
-            data = tomllib.load(file)
+            return tomllib.load(file).get("tool", {})
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{pyproject}: invalid TOML: {error}") from None
     except OSError as error:
         raise ConfigError(f"{pyproject}: cannot read: {error.strerror}") from None
-    table = data.get("tool", {}).get("harness", {})
+
+
+def declares_table(pyproject: Path | None) -> bool:
+    """Whether the project has a ``[tool.harness]`` table (an empty one too): it asks for the harness."""
+    return "harness" in _tool(pyproject)
+
+
+def read_table(pyproject: Path | None) -> dict:
+    """``[tool.harness]`` as a dict ({} without a file or table); a broken file names file and line."""
+    table = _tool(pyproject).get("harness", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{pyproject}: [tool.harness] must be a table")
     return table

@@ -1,2 +1,2 @@
-"""The pytest glue: the recorder (entry point ``harness``) and worker pinning (entry point
-``harness_workers``), with per-platform timeouts."""
+"""The pytest glue: the entry point (``plugin``, entry point ``harness``) registers the recorder and the
+worker pinning, with per-platform timeouts, only in a session that asked for the harness."""

@@ -1,4 +1,5 @@
 """pytest plugin glue: attribution hooks, the ledger per worker, runner fixtures, terminal summary.
+Registered by the entry point (``plugin``) when the session asked for the harness.
 
 Every worker (or the single process) writes ``<ledger dir>/<worker>.jsonl``; under xdist the controller
 writes nothing and reads the whole directory for the summary, so a worker that was killed still counts.
@@ -32,31 +33,8 @@ _SAMPLER = pytest.StashKey[MemorySampler]()
 _TEMPORARY = pytest.StashKey[bool]()  # this process made the ledger directory: it removes it at the end
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("harness")
-    group.addoption(
-        "--harness-ledger-dir",
-        default=None,
-        help="directory for the runner ledger, one <worker>.jsonl per worker "
-        "(default: $HARNESS_LEDGER_DIR, else a new temporary directory)",
-    )
-    group.addoption("--no-harness", action="store_true", help="do not record runners or check admission")
-    group.addoption(
-        "--harness-phases",
-        default=None,
-        metavar="FILE",
-        help="with --collect-only: write each phase's node ids into FILE's phase list (harness run)",
-    )
-    group.addoption(
-        "--harness-reuse",
-        action="store_true",
-        help="keep a closed VllmRunner's engine warm for the next start of its configuration "
-        "([tool.harness] reuse = true)",
-    )
-
-
 def _enabled(config: pytest.Config) -> bool:
-    return not config.getoption("no_harness") and _DIR in config.stash
+    return _DIR in config.stash
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -31,6 +31,7 @@ from harness.platform import detect
 from harness.pytest_plugin.order import CONFIGURATIONS
 from harness.pytest_plugin.workers import auto_workers
 from harness.report.environment import redact_all
+from harness.pytest_plugin.plugin import SWITCH
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS, worst
 from harness.report.schema import Report
@@ -119,6 +120,7 @@ def _run(out: Path, suite, settings, detection, shard, selected, extra, env, fai
     run = _Run(out, meta, selected, extra, env, settings, Console(), deadline)
     run.console.print(f"[bold]harness run {suite.name}[/] on {platform} ({detection.reason}) → {out}")
     env["HARNESS_PLATFORM"] = platform  # every phase's pytest agrees with this run's platform
+    env[SWITCH] = "1"  # the plugin acts in every phase, whether or not the suite's pyproject asks
     run.workers = auto_workers(detection.platform, settings, env)
     paths = [(phase, selected.get(phase.name, ()) if shard else phase.paths) for phase in suite.phases]
     run.found = members(

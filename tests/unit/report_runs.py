@@ -220,6 +220,7 @@ def run_suite(pytester, monkeypatch, files: dict[str, str], *args: str, phase: s
     monkeypatch.setenv("HARNESS_PHASE", phase)
     started = time.time()
     result = pytester.runpytest_subprocess(
+        "--harness",
         "--harness-ledger-dir",
         str(run_dir / "ledger" / phase),
         f"--junitxml={run_dir / 'junit' / f'{phase}.xml'}",

@@ -59,11 +59,16 @@ def test_versions_come_from_package_metadata():
     assert found["pytest"] == pytest.__version__
     assert found["pytest-xdist"] == metadata.version("pytest-xdist")
     assert found["python"] == ".".join(map(str, sys.version_info[:3]))
-    for name in ("harness", "amdsmi"):  # either may be missing (the GPU host runs harness from a checkout)
+    # label, its distribution, how doctor shows the version; either may be missing (the GPU host runs
+    # harness from a checkout)
+    for label, distribution, shown in (
+        ("harness", "pytest-gpu-harness", "{} (pytest-gpu-harness)"),
+        ("amdsmi", "amdsmi", "{}"),
+    ):
         try:
-            assert found[name] == metadata.version(name)
+            assert found[label] == shown.format(metadata.version(distribution))
         except metadata.PackageNotFoundError:
-            assert found[name] == "not installed"
+            assert found[label] == "not installed"
     assert set(found) == {
         "python", "torch", "vllm", "transformers", "nvidia-ml-py", "amdsmi", "pytest", "pytest-xdist",
         "pytest-timeout", "harness",

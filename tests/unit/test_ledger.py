@@ -35,7 +35,9 @@ def test_worker_comes_from_the_session_not_an_inherited_variable(pytester, monke
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")
     monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--harness-ledger-dir", "led")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--harness", "--harness-ledger-dir", "led"
+    )
     assert result.ret == 0
     assert sorted(p.name for p in (pytester.path / "led").iterdir()) == ["main.jsonl"]
     assert [t["worker"] for t in ledger.read(pytester.path / "led").tests] == ["main"]

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,13 +23,14 @@ def nox(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.Com
 
 
 def test_nox_lists_the_eight_suite_sessions_with_descriptions_and_tags():
-    listed = nox("-l", "--json")
+    listed = nox("-l", "--json", "-t", "cpu", "gpu")
     assert listed.returncode == 0, listed.stderr
     sessions = {s["name"]: s for s in json.loads(listed.stdout)}
     # cpu_vllm_upstream downloads vLLM's sdist: listed (and run) only when asked for by name
-    assert set(sessions) == set(SUITE_SESSIONS) | {"tests", "lint"}
+    assert set(sessions) == set(SUITE_SESSIONS) | {"tests", "cpu_stack"}
     assert [s["name"] for s in json.loads(nox("-l", "--json", "-s", "cpu_vllm_upstream").stdout)] == [
-        "cpu_vllm_upstream"
+        "cpu_stack",
+        "cpu_vllm_upstream",
     ]
     for name, must in SUITE_SESSIONS.items():
         tags = set(sessions[name]["tags"])
@@ -44,6 +46,18 @@ def test_nox_lists_the_eight_suite_sessions_with_descriptions_and_tags():
         "rocm_pooling",
         "rocm_generation",
     ]
+
+
+def test_nox_alone_selects_lint_and_tests_and_lists_one_line_each():
+    """A plain ``nox`` runs lint and the tests (and the CPU stack the tests run in), no GPU suite."""
+    listed = nox("-l")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    selected = {line.split()[1] for line in lines if line.startswith("* ")}
+    assert selected == {"lint", "tests", "cpu_stack"}
+    sessions = [line for line in lines if line.startswith(("* ", "- "))]
+    assert len(sessions) == len(SUITE_SESSIONS) + 3
+    assert len(lines) == len(sessions) + 6  # the noxfile's one-line docstring, a header, a legend, 3 blanks
 
 
 def test_no_venv_installs_nothing_and_passes_pytest_args_through(tmp_path):
@@ -80,3 +94,43 @@ def test_rocm_stops_at_a_python_other_than_3_12_before_installing(tmp_path):
     assert result.returncode != 0
     assert "vLLM's ROCm wheels are for Python 3.12, this venv has" in result.stderr
     assert "pip install" not in result.stderr
+
+
+@pytest.mark.packaging
+def test_the_cpu_stack_is_one_venv_installed_through_nox(tmp_path):
+    """``--install-only`` fills ``cpu_stack``'s venv and runs nothing; ``-R`` then installs nothing, and
+    the suite session runs in that venv with none of its own. A suite project whose ``cpu`` extra is the
+    harness stands in for the vLLM stack (~30 s of pip)."""
+    shutil.copy(ROOT / "noxfile.py", tmp_path / "noxfile.py")
+    (tmp_path / "pyproject.toml").write_text(
+        textwrap.dedent(f"""
+            [project]
+            name = "suite"
+            version = "0"
+
+            [project.optional-dependencies]
+            cpu = ["pytest-gpu-harness @ {ROOT.as_uri()}"]
+            models = []
+            test = []
+
+            [tool.setuptools]
+            packages = []
+
+            [tool.harness.suites.pooling]
+            paths = ["tests"]
+            """)
+    )
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("def test_x():\n    pass\n")
+    installed = nox("-s", "cpu_pooling", "--install-only", cwd=tmp_path)
+    assert installed.returncode == 0, installed.stderr
+    assert "python -m pip install -e '.[cpu,models,test]'" in installed.stderr
+    assert not (tmp_path / "harness-out").exists()
+    reused = nox("-R", "-s", "cpu_pooling", cwd=tmp_path)
+    assert reused.returncode == 0, reused.stderr
+    assert "pip install" not in reused.stderr and "pip uninstall" not in reused.stderr
+    assert (
+        f"{tmp_path / '.nox' / 'cpu_stack' / 'bin' / 'harness'} run --platform cpu pooling" in reused.stderr
+    )
+    assert (tmp_path / "harness-out" / "pooling-cpu" / "report.json").is_file()
+    assert sorted(p.name for p in (tmp_path / ".nox").iterdir() if p.is_dir()) == [".cache", "cpu_stack"]

@@ -31,7 +31,7 @@ def run(pytester, fake_gpus):
             pytester._monkeypatch.setenv(key, value)
         directory = pytester.path / "ledger"
         result = pytester.runpytest_subprocess(
-            "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider", *args
+            "--harness", "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider", *args
         )
         return result, ledger.read(directory)
 

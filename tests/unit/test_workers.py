@@ -54,7 +54,7 @@ def session(pytester):
 
     def run(*args: str, tests: str = "def test_one():\n    pass\n"):
         pytester.makepyfile(test_file=tests)
-        return pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
+        return pytester.runpytest_subprocess("--harness", *args, "-p", "no:cacheprovider")
 
     return run
 

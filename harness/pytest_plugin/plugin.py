@@ -1,0 +1,71 @@
+"""The entry point (``pytest11``: ``harness``): the options, and whether the harness acts in this session.
+
+Installed in an image, the plugin loads into every pytest run there. It acts (worker pinning, timeouts,
+the vLLM/HF patches, the ledger) only when asked: under ``harness run`` (which sets ``HARNESS=1``), with
+``--harness``, with ``HARNESS=1``, or when the project's pyproject has a ``[tool.harness]`` table.
+Otherwise it registers nothing else and the run is plain pytest. ``-p no:harness`` blocks it entirely,
+``--no-harness`` turns it off where it would act.
+
+The decision is taken in ``pytest_load_initial_conftests``: the options and rootdir are known there, and
+it comes before ``pytest_cmdline_main``, where xdist asks for ``-n auto``'s worker count.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness.config.pyproject import declares_table, find_pyproject
+from harness.errors import HarnessError
+from harness.pytest_plugin import recorder, workers
+
+SWITCH = "HARNESS"  # HARNESS=1 in the environment asks for the harness; harness run sets it
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness")
+    group.addoption(
+        "--harness",
+        action="store_true",
+        help="act in this session (as HARNESS=1 or a [tool.harness] table in pyproject.toml do)",
+    )
+    group.addoption("--no-harness", action="store_true", help="do not act, even where asked")
+    group.addoption(
+        "--harness-ledger-dir",
+        default=None,
+        help="directory for the runner ledger, one <worker>.jsonl per worker "
+        "(default: $HARNESS_LEDGER_DIR, else a new temporary directory)",
+    )
+    group.addoption(
+        "--harness-phases",
+        default=None,
+        metavar="FILE",
+        help="with --collect-only: write each phase's node ids into FILE's phase list (harness run)",
+    )
+    group.addoption(
+        "--harness-reuse",
+        action="store_true",
+        help="keep a closed VllmRunner's engine warm for the next start of its configuration "
+        "([tool.harness] reuse = true)",
+    )
+
+
+def asked(config: pytest.Config, env=os.environ) -> bool:
+    """Whether this session asked for the harness (see the module's docstring)."""
+    options = config.known_args_namespace
+    if options.no_harness:
+        return False
+    if options.harness or env.get(SWITCH) == "1":
+        return True
+    try:
+        return declares_table(find_pyproject(config.rootpath))
+    except HarnessError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    if asked(early_config):
+        early_config.pluginmanager.register(workers, "harness.workers")
+        early_config.pluginmanager.register(recorder, "harness.recorder")
