@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The pytest sessions these tests start (pytester, harness run) live in temporary folders without a
+# [tool.harness] table: they ask for the harness as harness run does. test_inert clears it to see the
+# plugin stay inert.
+os.environ.setdefault("HARNESS", "1")
 # what decides the platform and its masks: cleared so the machine running the tests does not leak in
 PLATFORM_VARIABLES = (
     "HARNESS_PLATFORM",

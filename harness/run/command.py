@@ -29,9 +29,9 @@ from harness.config.suites import Suite, load_suite
 from harness.errors import HarnessError
 from harness.platform import detect
 from harness.pytest_plugin.order import CONFIGURATIONS
+from harness.pytest_plugin.plugin import SWITCH
 from harness.pytest_plugin.workers import auto_workers
 from harness.report.environment import redact_all
-from harness.pytest_plugin.plugin import SWITCH
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS, worst
 from harness.report.schema import Report
