@@ -56,7 +56,7 @@ def test_nox_alone_selects_lint_and_tests_and_lists_one_line_each():
     selected = {line.split()[1] for line in lines if line.startswith("* ")}
     assert selected == {"lint", "tests", "cpu_stack"}
     sessions = [line for line in lines if line.startswith(("* ", "- "))]
-    assert len(sessions) == len(SUITE_SESSIONS) + 3
+    assert len(sessions) == len(SUITE_SESSIONS) + 4  # cpu_stack, tests, lint, cpu_vllm_upstream
     assert len(lines) == len(sessions) + 6  # the noxfile's one-line docstring, a header, a legend, 3 blanks
 
 
