@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import harness
+from harness import __version__
 from harness.config.settings import CI_DEADLINE
 from harness.platform import PLATFORMS
 from tests.unit.actions_expressions import evaluate, to_string
@@ -400,7 +400,7 @@ def test_the_cpu_stack_is_cached_keyed_on_pyproject_and_noxfile():
 def test_the_harness_package_defaults_to_the_released_distribution_in_both_ci_systems():
     """One pin per CI system, both this project's own name (pyproject's [project]) and version."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirement = f"{project['name']}=={harness.__version__}"
+    requirement = f"{project['name']}=={__version__}"
     assert workflow(REUSABLE)["on"]["workflow_call"]["inputs"]["harness-package"]["default"] == requirement
     bootstrap = yaml.safe_load((ROOT / "ci" / "buildkite" / "pipeline.yml").read_text())["steps"][0]
     assert f"pip install --quiet '{requirement}'" in bootstrap["commands"][0]
