@@ -3,6 +3,7 @@ memory belongs to, and how long that lets it live), and the shapes the reader me
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, NotRequired, Required, TypedDict
 
@@ -17,6 +18,10 @@ class Owner:
     scope: str | None
     worker: str
     phase: str | None
+
+    def fields(self) -> dict[str, Any]:
+        """The owner as a ledger event's fields."""
+        return dataclasses.asdict(self)
 
     def lifetime(self) -> str:
         """How long something created under this owner lives, and what would free it earlier."""

@@ -75,12 +75,7 @@ class Pool:
             kind="vllm",
             model=run.model if run else None,
             fingerprint=key,
-            test=owner.test,
-            file=owner.file,
-            fixture=owner.fixture,
-            scope=owner.scope,
-            worker=owner.worker,
-            phase=owner.phase,
+            **owner.fields(),
             saved_s=getattr(run, "startup_s", None),
         )
         return warm.engine
