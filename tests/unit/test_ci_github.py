@@ -386,7 +386,10 @@ def test_a_new_push_cancels_the_pull_requests_running_jobs_but_not_mains():
 def test_the_cpu_stack_is_cached_keyed_on_pyproject_and_noxfile():
     job = workflow(REUSABLE)["jobs"]["test"]
     cache = next(step for step in job["steps"] if step.get("uses", "").startswith("actions/cache@"))
-    assert cache["with"]["path"] == ".nox/.cache/cpu-stack"  # the noxfile's shared CPU venv
+    # the cpu_stack session's venv and the pointer to it that the sessions requiring it read
+    assert cache["with"]["path"].split() == [".nox/cpu_stack", ".nox/.cache/cpu_stack.bin"]
+    noxfile = (ROOT / "noxfile.py").read_text()
+    assert 'CPU_STACK = "cpu_stack"' in noxfile and 'f"{CPU_STACK}.bin"' in noxfile
     assert "hashFiles('pyproject.toml', 'noxfile.py')" in cache["with"]["key"]
     assert "steps.python.outputs.python-version" in cache["with"]["key"]  # a venv holds its Python's path
     rows = [
