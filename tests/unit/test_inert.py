@@ -89,6 +89,8 @@ def observe(python: Path, project: Path, *args: str, env: dict | None = None) ->
         **env or {},
     )
     environ["HARNESS_PLATFORM"] = "cpu"  # only read where the harness acts: its timeout is the CPU one
+    # where a ledger would go (a plain run's temporary ledger is removed at exit); read only if it acts
+    environ["HARNESS_LEDGER_DIR"] = str(project / "ledger")
     done = subprocess.run(
         [python, "-m", "pytest", "-p", "no:cacheprovider", *args],
         cwd=project,
@@ -98,7 +100,8 @@ def observe(python: Path, project: Path, *args: str, env: dict | None = None) ->
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads((project / "observed.json").read_text()), sorted(temp.glob("harness-ledger-*"))
+    ledgers = [project / "ledger", *temp.glob("harness-ledger-*")]
+    return json.loads((project / "observed.json").read_text()), [p for p in ledgers if p.exists()]
 
 
 def project(tmp_path: Path, pyproject: str) -> Path:
