@@ -108,19 +108,18 @@ def render(found: dict, console: Console) -> None:
         )
     console.print(devices)
 
-    packages = Table(title="versions")
-    packages.add_column("package")
-    packages.add_column("version")
-    for name, version in found["versions"].items():
-        packages.add_row(name, version)
-    console.print(packages)
+    console.print(_pairs("versions", ("package", "version"), found["versions"]))
+    console.print(_pairs("foreign runners the harness tracks", ("runner", "status"), found["tracking"]))
 
-    tracking = Table(title="foreign runners the harness tracks")
-    tracking.add_column("runner")
-    tracking.add_column("status")
-    for name, status in found["tracking"].items():
-        tracking.add_row(name, status)
-    console.print(tracking)
+
+def _pairs(title: str, columns: tuple[str, str], rows: dict[str, str]) -> Table:
+    """A two-column table of ``rows``."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for name, value in rows.items():
+        table.add_row(name, value)
+    return table
 
 
 def main(args: argparse.Namespace) -> int:
