@@ -36,6 +36,10 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness.ledger.reader import running_test  # noqa: E402
+
 MODES = {"serial": 'workers = "serial"', "loadscope": 'workers = 2\ndist = "loadscope"',
          "loadfile": 'workers = 2\ndist = "loadfile"'}  # fmt: skip
 FAULTS = {
@@ -117,17 +121,13 @@ def harness(root: Path, env: dict, *args: str) -> subprocess.Popen:
 
 
 def started(root: Path, nodeid: str, timeout: float = 60.0) -> bool:
-    """Wait until some worker wrote the ``test-start`` event of ``nodeid``."""
+    """Wait until some worker is running ``nodeid``, as its ledger says."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for path in (root / "out" / "ledger").rglob("*.jsonl"):
-            for line in path.read_text().splitlines():
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # being written
-                if event["event"] == "test-start" and event["nodeid"].endswith(nodeid):
-                    return True
+            running = running_test(path)
+            if running is not None and running[0].endswith(nodeid):
+                return True
         time.sleep(0.05)
     return False
 

@@ -1,6 +1,6 @@
 """vLLM starts and wall of the naive pooling example with and without engine reuse, next to the shipped suite.
 
-    python benchmarks/reuse.py [--out DIR]
+    python benchmarks/reuse.py [--out DIR] [--runs shipped,naive-off,naive-on,naive-history]
 
 Four ``harness run`` calls on this machine's platform, one after another, each a real run with real
 engines (on the 2-core CPU host ~30 s per vLLM start, about ten minutes in all):
@@ -12,6 +12,8 @@ engines (on the 2-core CPU host ~30 s per vLLM start, about ten minutes in all):
 Wall is the sum of the run's phase walls (what ``harness compare`` shows). Distinct configurations are the
 distinct vLLM fingerprints the reuse-off run started. The last line is the figure the goal is set on:
 ``reuse: starts N of M distinct, wall R× the shipped suite`` for the run with reuse and history.
+``--runs`` runs some of them into ``--out``; a run left out is read from ``--out`` where an earlier call put
+it (the H200's ten-minute device calls take the four in two), and the table shows the runs it has.
 """
 
 from __future__ import annotations
@@ -28,6 +30,20 @@ sys.path.insert(0, str(ROOT))
 
 from harness.ledger.reader import started  # noqa: E402
 from harness.report.store import load  # noqa: E402
+
+# key (its run directory under --out): (row name, suite, reuse on, extra harness run arguments)
+RUNS = {
+    "shipped": ("pooling (shipped)", "pooling", False),
+    "naive-off": ("naive, reuse off", "pooling-naive", False),
+    "naive-on": ("naive, reuse on", "pooling-naive", True),
+    "naive-history": (
+        "naive, reuse on + history",
+        "pooling-naive",
+        True,
+        "--durations-from",
+        "{out}/naive-off",
+    ),
+}
 
 
 def harness_run(suite: str, out: Path, reuse: bool, *args: str) -> dict:
@@ -56,20 +72,33 @@ def figures(report: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="where the four run directories go (default: a temporary directory)")
-    options = parser.parse_args()
-    out = Path(options.out or tempfile.mkdtemp(prefix="reuse-benchmark-"))
-    runs = {
-        "pooling (shipped)": harness_run("pooling", out / "shipped", False),
-        "naive, reuse off": harness_run("pooling-naive", out / "naive-off", False),
-        "naive, reuse on": harness_run("pooling-naive", out / "naive-on", True),
-    }
-    runs["naive, reuse on + history"] = harness_run(
-        "pooling-naive", out / "naive-history", True, "--durations-from", str(out / "naive-off")
+    parser.add_argument(
+        "--runs",
+        type=lambda text: text.split(","),
+        default=list(RUNS),
+        help="which runs to run now, comma-separated (default: all four)",
     )
+    options = parser.parse_args()
+    unknown = set(options.runs) - set(RUNS)
+    if unknown:
+        parser.error(f"unknown runs {', '.join(sorted(unknown))}; the runs are {', '.join(RUNS)}")
+    out = Path(options.out or tempfile.mkdtemp(prefix="reuse-benchmark-"))
+    runs = {}
+    for key, (name, suite, reuse, *args) in RUNS.items():
+        if key in options.runs:
+            runs[name] = harness_run(suite, out / key, reuse, *(a.format(out=out) for a in args))
+        elif (out / key / "report.json").is_file():
+            runs[name] = load(out / key)
     shown = {name: figures(report) for name, report in runs.items()}
+    print(f"\nrun directories: {out}")
+    if len(shown) < len(RUNS):
+        print(
+            "runs so far:",
+            ", ".join(f"{name}: {f['vllm']} starts, {f['wall_s']:.1f} s" for name, f in shown.items()),
+        )
+        return
     shipped = shown["pooling (shipped)"]["wall_s"]
     distinct = shown["naive, reuse off"]["configurations"]
-    print(f"\nrun directories: {out}")
     header = (
         ("vLLM starts", 12),
         ("reused", 8),

@@ -7,6 +7,10 @@
 #   real_vllm.sh part2  (c) vLLM PR #52570's shape with the harness and on plain vLLM;
 #                       (e) pooling and generation on GPU 0 alone, compared with part1's runs    ~6-7 min
 #   real_vllm.sh part3  (b) harness run pooling-naive on every GPU, harness compare naive -> shipped ~6 min
+#   real_vllm.sh part4  (f) benchmarks/reuse.py's reuse-off run of the naive example, every GPU  ~6 min
+#   real_vllm.sh part5  (f) its shipped-suite and reuse-on runs                                      ~6 min
+#   real_vllm.sh part6  (f) its reuse-on run with history, and its table;
+#                       (g) benchmarks/plugin_overhead.py on this host's CPU                       ~4 min
 # Each part installs the project from this tree first. Every step runs under `timeout`, cut to what is
 # left of the part's PART_BUDGET_S (default 510 s), so a part ends and packs its files inside the call.
 # Into $OUT (at most 8 files come back): figures.txt (a line per step and each run's summary.md),
@@ -14,7 +18,7 @@
 # Run directories stay in /root/runs (RUNS) for the later parts.
 set -uo pipefail
 part=${1:-}
-case $part in part1 | part2 | part3) ;; *) echo "usage: real_vllm.sh part1|part2|part3" >&2 && exit 2 ;; esac
+case $part in part[1-6]) ;; *) echo "usage: real_vllm.sh part1|part2|...|part6" >&2 && exit 2 ;; esac
 [ -n "${OUT:-}" ] || { echo "real_vllm.sh: OUT is not set (the device call's output folder)" >&2 && exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -142,6 +146,31 @@ part3() {
   harness compare "$runs/pooling-naive-$all/report.json" "$runs/pooling-$all/report.json" --format md |
     tee -a "$OUT/figures.txt"
   pack "pooling-naive-$all"
+}
+
+# (f) benchmarks/reuse.py in two calls: its run directories stay in /root/runs/reuse between them
+reuse() {
+  step "(f) benchmarks/reuse.py --runs $1 on GPUs $every"
+  bounded "$2" python3 benchmarks/reuse.py --out "$runs/reuse" --runs "$1" 2>&1 | tee "$runs/reuse-$part.log"
+  figure "reuse.py --runs $1: exit ${PIPESTATUS[0]}"
+  tail -8 "$runs/reuse-$part.log" >> "$OUT/figures.txt"
+}
+
+part4() {
+  reuse naive-off 540
+  pack reuse reuse-part4.log
+}
+
+part5() {
+  reuse shipped,naive-on 540
+  pack reuse reuse-part5.log
+}
+
+part6() {
+  reuse naive-history 400
+  step "(g) benchmarks/plugin_overhead.py on the host's CPU"
+  bounded 100 python3 benchmarks/plugin_overhead.py --rounds 9 | tee -a "$OUT/figures.txt"
+  pack reuse reuse-part6.log
 }
 
 main() {

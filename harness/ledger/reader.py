@@ -47,10 +47,21 @@ class Ledger:
 def events(path: Path) -> Iterator[dict[str, Any]]:
     """The events of one file; a line that is not a JSON object with an ``event`` (a write torn by a kill,
     bytes that are not UTF-8) is skipped. A symlink or an oversized file is refused in one line."""
+    for line in _contents(path).splitlines():
+        try:
+            event = json.loads(line, parse_constant=_no_number, parse_float=_finite)
+        except (ValueError, RecursionError):  # torn, not UTF-8, or nested past the parser's depth
+            continue
+        if _whole(event):
+            yield event
+
+
+def _contents(path: Path) -> bytes:
+    """One ledger file's bytes (none when it is missing); a symlink or an oversized file is refused."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
-        return
+        return b""
     except OSError as error:
         raise HarnessError(
             f"{path}: cannot read ledger file ({error.strerror}; symlinks are refused)"
@@ -61,13 +72,34 @@ def events(path: Path) -> Iterator[dict[str, Any]]:
         raise HarnessError(
             f"{path}: ledger file larger than {MAX_FILE_BYTES >> 20} MiB, not one the harness wrote"
         )
-    for line in data.splitlines():
-        try:
-            event = json.loads(line, parse_constant=_no_number, parse_float=_finite)
-        except (ValueError, RecursionError):  # torn, not UTF-8, or nested past the parser's depth
-            continue
-        if _whole(event):
-            yield event
+    return data
+
+
+def _line_start(event: str) -> bytes:
+    """How the writer begins a line of ``event``: the name first, JSON's default separators."""
+    return b'{"event": ' + json.dumps(event).encode()
+
+
+def quiet(directory: str | os.PathLike) -> bool:
+    """Whether no file below ``directory`` holds a runner start, a finding or a crash: then a session has
+    nothing to account for (a test its process died in is a ``crash`` the xdist controller writes; in a
+    serial session the process itself is alive to ask). Told from the bytes without parsing a line, so the
+    summary of thousands of trivial tests does not read them all back; a line in another spelling than the
+    writer's goes unseen here only, never in ``read``."""
+    markers = [_line_start(name) for name in ("runner-start", "finding", "crash")]
+    for path in sorted(Path(directory).rglob("*.jsonl")):
+        data = _contents(path)
+        if any(marker in data for marker in markers):
+            return False
+    return True
+
+
+def running_test(path: Path) -> tuple[str, str] | None:
+    """(node id, file) of the test the process writing ``path`` is running now: the last one started (or
+    announced) with no ``test`` event after it; None between tests."""
+    tests = _tests_of(list(events(path)), {})
+    running = tests[-1] if tests and tests[-1].get("crash") else None
+    return None if running is None else (running["nodeid"], running["file"])
 
 
 def _no_number(name: str) -> None:
@@ -128,27 +160,51 @@ def crashed_test(start: dict, crash: dict | None, worker: dict | None) -> dict:
 
 
 def _tests_of(file_events: list[dict], crashes: dict[str, dict]) -> list[dict]:
-    """The ``test`` events of one file plus a crashed test for every ``test-start`` left without one."""
-    tests, pending, worker = [], None, None
+    """The ``test`` events of one file plus a crashed test for every test started and left without one.
+
+    A test starts with its ``test-start``, or with the ``next`` of the test event before it (the writer
+    announces the test pytest runs next instead of writing its start). An announced test that another
+    test follows instead (xdist stole it), or that the ``session-end`` names as ``not_started`` (``-x``, an
+    interrupt between tests), did not run here.
+    """
+    tests: list[dict] = []
+    pending, worker = None, None
 
     def close() -> None:
         if pending is not None:
             tests.append(crashed_test(pending, crashes.get(pending["nodeid"]), worker))
 
     for event in file_events:
-        if event["event"] == "test-start":
+        kind = event["event"]
+        if kind in ("test-start", "test"):
+            _session_fields(event, worker)
+            if pending is not None and pending.get("announced") and pending["nodeid"] != event["nodeid"]:
+                pending = None
+        if kind == "test-start":
             close()
             pending = event
-        elif event["event"] == "test":
-            event.setdefault("file", event["nodeid"].partition("::")[0])
-            if pending is not None and event.get("nodeid") == pending["nodeid"]:
+        elif kind == "test":
+            if pending is not None and event["nodeid"] == pending["nodeid"]:
                 pending = None
+            following = event.pop("next", None)
             tests.append(event)
-        elif event["event"] == "worker":
+            if isinstance(following, str):
+                pending = {**event, "nodeid": following, "announced": True}
+                _session_fields(pending, worker)
+        elif kind == "session-end" and pending is not None and pending["nodeid"] == event.get("not_started"):
+            pending = None
+        elif kind == "worker":
             close()
             pending, worker = None, event
     close()
     return tests
+
+
+def _session_fields(event: dict, worker: dict | None) -> None:
+    """A test's fields that its session's ``worker`` event holds once (older ledgers wrote them each time)."""
+    event.setdefault("file", event["nodeid"].partition("::")[0])
+    for name in ("worker", "device", "phase"):
+        event.setdefault(name, (worker or {}).get(name))
 
 
 def _load(directory: str | os.PathLike) -> tuple[dict[Path, list[dict]], dict[str, dict]]:

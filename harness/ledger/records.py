@@ -87,7 +87,8 @@ class Finding(TypedDict, total=False):
 
 
 class TestResult(TypedDict):
-    """One test's ``test`` event."""
+    """One test's ``test`` event, with the session's ``worker``, ``device`` and ``phase`` (its process's
+    ``worker`` event holds them once) and ``file`` (the node id's) filled in by the reader."""
 
     t: float
     nodeid: str
@@ -111,6 +112,7 @@ class WorkerInfo(TypedDict):
     mask: str | None
     pid: int
     phase: str | None
+    device: NotRequired[str | None]  # the first visible device's UUID: the device of every test it ran
     timeout: NotRequired[float | None]  # pytest-timeout's, to tell its thread method's kill apart
     timeout_method: NotRequired[str]
 

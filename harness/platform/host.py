@@ -7,10 +7,7 @@ project machine), so node 0 is the figure a memory wait must watch; the host fig
 from __future__ import annotations
 
 import os
-import platform as stdlib_platform
 from pathlib import Path
-
-import psutil
 
 from harness.errors import PlatformError
 from harness.platform.base import Device, MemoryReading, Platform
@@ -27,6 +24,8 @@ class HostPlatform(Platform):
 
     def host_memory(self) -> MemoryReading:
         """The whole host; used = total - available, since page cache is given back on demand."""
+        import psutil  # here and below, not at import: a NUMA host and most sessions never need it
+
         memory = psutil.virtual_memory()
         return MemoryReading(memory.total - memory.available, memory.total)
 
@@ -57,7 +56,7 @@ class HostPlatform(Platform):
             Device(
                 index=0,
                 physical=0,
-                name=f"{stdlib_platform.machine()} host ({os.cpu_count()} CPUs)",
+                name=f"{os.uname().machine} host ({os.cpu_count()} CPUs)",
                 uuid="cpu",
                 pci_bus_id="",
                 total_bytes=self.memory()[0].total_bytes,
@@ -69,6 +68,8 @@ class HostPlatform(Platform):
 
     def process_memory(self, pids: set[int]) -> dict[int, int]:
         """Resident bytes of those of ``pids`` still alive: a CPU engine's memory is its process's."""
+        import psutil
+
         resident = 0
         for pid in pids:
             try:

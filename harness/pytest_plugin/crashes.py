@@ -61,15 +61,3 @@ def returncode(pid: int | None) -> int | None:
         if time.monotonic() > deadline:
             return None
         time.sleep(0.05)
-
-
-def timeout_settings(config: pytest.Config) -> dict:
-    """pytest-timeout's per-test timeout and method, so a worker it ended can be told apart."""
-    if not config.pluginmanager.hasplugin("timeout"):
-        return {}
-    method = config.getoption("timeout_method") or config.getini("timeout_method") or "signal"
-    seconds = config.getoption("timeout") or config.getini("timeout") or None
-    try:
-        return {"timeout": None if seconds is None else float(seconds), "timeout_method": method}
-    except ValueError:  # pytest-timeout itself reports a malformed ini value
-        return {"timeout": None, "timeout_method": method}

@@ -18,7 +18,6 @@ import pytest
 
 from harness.config.pyproject import declares_table, find_pyproject
 from harness.errors import HarnessError
-from harness.pytest_plugin import recorder, workers
 
 SWITCH = "HARNESS"  # HARNESS=1 in the environment asks for the harness; harness run sets it
 
@@ -67,5 +66,7 @@ def asked(config: pytest.Config, env=os.environ) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     if asked(early_config):
+        from harness.pytest_plugin import recorder, workers  # a session that did not ask imports neither
+
         early_config.pluginmanager.register(workers, "harness.workers")
         early_config.pluginmanager.register(recorder, "harness.recorder")

@@ -13,23 +13,29 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from harness import ledger
 from harness.ledger.records import Record
-from harness.pytest_plugin import crashes, order
+from harness.pytest_plugin import order, timeouts
 from harness.pytest_plugin.membership import Membership
 from harness.pytest_plugin.workers import is_controller, process_context, worker_event, worker_id
 from harness.runners import HfRunner, VllmRunner
-from harness.tracking import patches, reuse, starts
+from harness.tracking import patches, starts
 from harness.tracking.attribution import CHILD
+
+if TYPE_CHECKING:
+    from harness.config.settings import Settings
+    from harness.tracking.context import Context
+    from harness.tracking.reuse import Pool
 from harness.tracking.sampler import MemorySampler
 
 _DIR = pytest.StashKey[Path]()
 _STARTED = pytest.StashKey[float]()
-_DEVICE = pytest.StashKey[str | None]()
 _SAMPLER = pytest.StashKey[MemorySampler]()
+_OUTER_CHILD = pytest.StashKey[str | None]()
 _TEMPORARY = pytest.StashKey[bool]()  # this process made the ledger directory: it removes it at the end
 
 
@@ -43,38 +49,56 @@ def pytest_configure(config: pytest.Config) -> None:
         "fresh_engine: this test's runners start their own engines, never taken from or left "
         "to the reuse pool",
     )
-    os.environ.pop(CHILD, None)  # a pytest run inside a test records as itself, or not at all
+    # a pytest run inside a test records as itself, or not at all; the outer session's comes back after it
+    config.stash[_OUTER_CHILD] = os.environ.pop(CHILD, None)
     if config.getoption("harness_phases"):  # harness run's one collection: it records nothing
         config.pluginmanager.register(Membership(Path(config.getoption("harness_phases"))), "harness-phases")
         return
     if config.getoption("no_harness"):
         return
     here = process_context(config)  # a broken [tool.harness] or device mask is a usage error
-    platform, settings = here.platform, here.settings
-    workerinput = getattr(config, "workerinput", {})
+    config.stash[_DIR] = _ledger_dir(config, here.settings)
+    config.stash[_STARTED] = time.time()
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_Controller(config.stash[_DIR]), "harness-xdist")
+    if not is_controller(config):
+        _record(config, here)
+
+
+def _ledger_dir(config: pytest.Config, settings: Settings) -> Path:
+    """The controller's (under xdist), ``--harness-ledger-dir``, the setting, else a temporary one."""
     directory = (
-        workerinput.get("harness_ledger_dir")
+        getattr(config, "workerinput", {}).get("harness_ledger_dir")
         or config.getoption("harness_ledger_dir")
         or settings.ledger_dir  # [tool.harness] ledger_dir, or HARNESS_LEDGER_DIR
     )
     config.stash[_TEMPORARY] = directory is None
-    config.stash[_DIR] = Path(directory or tempfile.mkdtemp(prefix="harness-ledger-")).resolve()
-    config.stash[_STARTED] = time.time()
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(_Controller(config.stash[_DIR]), "harness-xdist")
-    if is_controller(config):
-        return
-    worker = worker_id(config)
-    here.owner.worker = worker
-    here.writer = writer = ledger.LedgerWriter(config.stash[_DIR], worker=worker)
+    return Path(directory or tempfile.mkdtemp(prefix="harness-ledger-")).resolve()
+
+
+def _record(config: pytest.Config, here: Context) -> None:
+    """This process's ledger, the runner patches, the test recorder, the reuse pool and the sampler."""
+    here.owner.worker = worker_id(config)
+    here.writer = writer = ledger.LedgerWriter(config.stash[_DIR], worker=here.owner.worker)
     patches.install()
+    os.environ[CHILD] = here.owner.export(str(writer.directory))
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
-    if settings.reuse or config.getoption("harness_reuse"):
-        here.pool = reuse.Pool(writer, settings.reuse_engines)
+    if here.settings.reuse or config.getoption("harness_reuse"):
+        from harness.tracking import reuse  # only when asked: every session would pay its import
+
+        here.pool = reuse.Pool(writer, here.settings.reuse_engines)
         config.pluginmanager.register(_Reuse(here.pool), "harness-reuse")
-    if settings.memory_sample_s > 0:
-        config.stash[_SAMPLER] = MemorySampler(writer, platform, settings.memory_sample_s).start()
-    writer.write("worker", **worker_event(config), **crashes.timeout_settings(config))
+    writer.write(
+        "worker",
+        sync=False,  # the session's facts: a runner's events sync, and a host crash loses a session anyway
+        **worker_event(config),
+        phase=os.environ.get("HARNESS_PHASE"),
+        device=_device(config),
+        **timeouts.worker_fields(config),
+    )
+    if here.settings.memory_sample_s > 0:
+        sampler = MemorySampler(writer, here.platform, here.settings.memory_sample_s)
+        config.stash[_SAMPLER] = sampler.start()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -83,6 +107,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if _DIR in config.stash:
         here = process_context(config)
         here.writer = here.pool = None
+    outer = config.stash.get(_OUTER_CHILD, None)
+    if outer is None:
+        os.environ.pop(CHILD, None)
+    else:
+        os.environ[CHILD] = outer
     if config.stash.get(_TEMPORARY, False):  # its summary is printed; nothing else reads it
         shutil.rmtree(config.stash[_DIR], ignore_errors=True)
 
@@ -125,10 +154,14 @@ class _Controller:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
+        from harness.pytest_plugin import crashes  # xdist's schedulers: imported by the controller only
+
         return crashes.scheduler(config, log)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report, sched) -> None:
+        from harness.pytest_plugin import crashes
+
         worker = report.node.gateway.id
         how = ledger.ended(crashes.returncode(_last_pid(self.directory / f"{worker}.jsonl")))
         self._write("crash", test=crashitem, worker=worker, how=how)
@@ -151,25 +184,23 @@ class _Recorder:
         self.config, self.writer = config, writer
         self.owner = process_context(config).owner  # this session's, fixed for its life
         self.reports: dict[str, pytest.TestReport] = {}
-        self.phase = os.environ.get("HARNESS_PHASE")
+        self.following: str | None = None  # the node id pytest runs next, as it told this test's protocol
+        self.announced: str | None = None  # announced by the last test event, not started yet
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not hasattr(self.config, "workerinput"):  # under xdist the controller lists them once
             self.writer.write("collected", sync=False, tests=[item.nodeid for item in session.items])
 
-    def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
-        self.owner.enter_test(nodeid, location[0])
-        os.environ[CHILD] = self.owner.export(str(self.writer.directory))
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """A test-start without its test event marks the test the process died in. The previous test's
+        event announced this one (``next``) when pytest knew it would follow: then it costs no write."""
+        self.owner.enter_test(item.nodeid, item.location[0])
         self.reports = {}
-        # a test-start without its test event marks the test the process died in
-        self.writer.write(
-            "test-start",
-            sync=False,
-            nodeid=nodeid,
-            file=location[0],
-            worker=self.writer.worker,
-            phase=self.phase,
-        )
+        if item.nodeid != self.announced:
+            self.writer.write("test-start", sync=False, nodeid=item.nodeid)
+        self.announced = None
+        self.following = None if nextitem is None else nextitem.nodeid
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reports[report.when] = report
@@ -180,6 +211,8 @@ class _Recorder:
 
     def pytest_sessionfinish(self) -> None:
         patches.check_untracked()  # a runner class the library moved away from the import hook
+        # a test announced but never run (-x, an interrupt between tests) is not one the process died in
+        self.writer.write("session-end", sync=False, not_started=self.announced)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
         starts.check_released()  # runners this test (or a fixture torn down with it) stopped
@@ -188,23 +221,20 @@ class _Recorder:
             "test",
             sync=False,
             nodeid=nodeid,
-            file=location[0],
             outcome=_outcome(reports),
             setup_s=_seconds(reports.get("setup")),
             call_s=_seconds(reports.get("call")),
             teardown_s=_seconds(reports.get("teardown")),
-            worker=self.writer.worker,
-            device=_device(self.config),
-            phase=self.phase,
+            next=self.following,
         )
+        self.announced = self.following
         self.owner.leave_test()
-        os.environ.pop(CHILD, None)
 
 
 class _Reuse:
     """The reuse pool's view of the session: which test opted out, and the end of the session."""
 
-    def __init__(self, pool: reuse.Pool):
+    def __init__(self, pool: Pool):
         self.pool = pool
 
     @pytest.hookimpl(tryfirst=True)
@@ -247,11 +277,9 @@ def _outcome(reports: dict) -> str:
 
 
 def _device(config: pytest.Config) -> str | None:
-    """The UUID of this process's first visible device; read once, the pin does not change mid-session."""
-    if _DEVICE not in config.stash:
-        devices = process_context(config).platform.devices()
-        config.stash[_DEVICE] = devices[0].uuid if devices else None
-    return config.stash[_DEVICE]
+    """The UUID of this process's first visible device (the pin does not change mid-session)."""
+    devices = process_context(config).platform.devices()
+    return devices[0].uuid if devices else None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -284,6 +312,8 @@ def hf_runner():
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     if not _enabled(config) or hasattr(config, "workerinput"):
         return
+    if ledger.quiet(config.stash[_DIR]):
+        return  # the common case, told without reading every test's events back
     since = config.stash[_STARTED]
     merged = ledger.read(config.stash[_DIR])
     records = [r for r in merged.records if r["start"] >= since]

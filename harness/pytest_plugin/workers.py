@@ -233,6 +233,22 @@ def _visible_gpus(config: pytest.Config) -> int:
     return 0 if platform.mask_variable is None else len(platform.devices())
 
 
+def _carrying(items: list[pytest.Item], names: frozenset[str]) -> list[pytest.Item]:
+    """The items with a marker of one of ``names`` on themselves or a parent node, each parent looked at
+    once: ``get_closest_marker`` on every item walks every parent every time, a cost on thousands of tests
+    when none of them is marked."""
+    seen: dict[int, bool] = {}
+
+    def marked(node) -> bool:
+        if node is None:
+            return False
+        if id(node) not in seen:
+            seen[id(node)] = any(m.name in names for m in node.own_markers) or marked(node.parent)
+        return seen[id(node)]
+
+    return [item for item in items if marked(item)]
+
+
 def _distributed_as_gpus(items: list[pytest.Item]) -> None:
     """vLLM's ``distributed(num_gpus=n)`` counts as ``gpus(n)`` (vLLM's ``multi_gpu_marks`` set it)."""
     for item in items:
@@ -257,9 +273,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     First, before ``-m`` deselects, so the multi-GPU phase (``-m gpus``) takes vLLM's tests as marked.
     """
-    _distributed_as_gpus(items)
+    marked = _carrying(items, frozenset(("gpus", "distributed")))
+    _distributed_as_gpus(marked)
     needing = []
-    for item in items:
+    for item in marked:
         try:
             count = _needed(item)
         except pytest.UsageError as error:

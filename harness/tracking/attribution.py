@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
+from harness.ledger.reader import running_test
 from harness.ledger.records import Owner
 
-# set by the plugin while a test runs: the ledger and owner a process the test spawns records under
-# (vLLM's spawn_new_process_for_each_test runs the test body in a fresh interpreter that no plugin configures)
+# set by the plugin for its session: the ledger and worker a process a test spawns records under (vLLM's
+# spawn_new_process_for_each_test runs the test body in a fresh interpreter that no plugin configures); the
+# test comes from that worker's ledger, so the plugin need not rewrite the environment for every test
 CHILD = "HARNESS_TEST_PROCESS"
 
 
@@ -45,12 +48,13 @@ class Attribution:
         return Owner(nodeid, file, fixture, scope, self.worker, os.environ.get("HARNESS_PHASE"))
 
     def export(self, ledger_dir: str) -> str:
-        """The running test as ``CHILD``'s value, for the processes it spawns."""
-        nodeid, file = self._test or (None, None)
-        return json.dumps({"ledger": ledger_dir, "test": nodeid, "file": file, "worker": self.worker})
+        """``CHILD``'s value, for the processes this session's tests spawn."""
+        return json.dumps({"ledger": ledger_dir, "worker": self.worker})
 
     def adopt(self, value: str) -> str:
-        """In a spawned test process: own what starts here as the test that spawned it; returns the ledger."""
+        """In a spawned process: own what starts here as the test its parent is running; returns the
+        ledger."""
         found = json.loads(value)
-        self.worker, self._test = found["worker"], (found["test"], found["file"])
+        self.worker = found["worker"]
+        self._test = running_test(Path(found["ledger"]) / f"{self.worker}.jsonl")
         return found["ledger"]

@@ -181,7 +181,7 @@ def check_untracked() -> None:
     does not watch: the library moved it. (A failed wrap in the watched module is reported by ``_apply``.)
     """
     for target in TARGETS.values():
-        if target.module in sys.modules:
+        if target.module in sys.modules or target.package not in sys.modules:
             continue
         for name, module in list(sys.modules.items()):
             found = getattr(module, "__dict__", {}).get(target.attribute)

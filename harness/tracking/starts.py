@@ -20,8 +20,6 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
-
 from harness.errors import HarnessError, RunnerBlocked
 from harness.ledger.writer import LedgerWriter
 from harness.memory import admission
@@ -95,6 +93,8 @@ def fingerprint(kind: str, config: dict) -> str:
 
 def _children() -> set[int]:
     """This process's descendants: a vLLM engine core (and its workers) are started as children."""
+    import psutil  # only where a runner starts: most sessions never pay its import
+
     return {child.pid for child in psutil.Process().children(recursive=True)}
 
 

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from harness.cli import main as harness
+from harness.ledger.reader import running_test
 from harness.run import directory
 from tests.unit.report_runs import Run
 
@@ -109,7 +110,7 @@ def test_sigterm_stops_the_phase_group_and_still_writes_the_report(project, tmp_
     )
     ledger = root / "out" / "ledger" / "p" / "main.jsonl"
     deadline = time.monotonic() + 60
-    while '"test-start", "t": ' not in _line_of(ledger, "test_hangs"):
+    while running_test(ledger) != ("tests/test_hang.py::test_hangs", "tests/test_hang.py"):
         assert time.monotonic() < deadline and run.poll() is None
         time.sleep(0.05)
     run.send_signal(signal.SIGTERM)
@@ -124,12 +125,6 @@ def test_sigterm_stops_the_phase_group_and_still_writes_the_report(project, tmp_
     assert report["phases"][0]["stopped"] == "SIGTERM"
     alive = [p for p in psutil.process_iter() if _environ(p).get("HARNESS_FAULT_TAG") == str(tmp_path)]
     assert alive == []
-
-
-def _line_of(ledger, test: str) -> str:
-    """The ledger line that starts ``test`` ('' until it is written)."""
-    lines = ledger.read_text().splitlines() if ledger.exists() else []
-    return next((line for line in lines if '"test-start"' in line and f"::{test}" in line), "")
 
 
 def _environ(process: psutil.Process) -> dict:

@@ -1,7 +1,8 @@
 """Installed, the plugin is inert until asked: the wheel in a clean venv, pytest in an unrelated project.
 
 The project holds stub ``vllm`` and ``transformers`` packages with the attributes the patches wrap, so a
-patch shows as the ``__harness__`` flag on them; the timeout is pytest-timeout's option as the test sees it;
+patch shows as the ``__harness__`` flag on them; the timeout is the one in force as the test sees it
+(pytest-timeout's option, else the harness watchdog's platform default);
 a ledger is a ``harness-ledger-*`` directory under the run's ``TMPDIR``. Building the wheel and the venv
 takes ~30 s (pip and the package index): marked ``packaging``, deselect with ``-m "not packaging"``.
 """
@@ -47,9 +48,11 @@ OBSERVE = """
 
 
     def test_observe(request):
+        watchdog = request.config.pluginmanager.get_plugin("harness-timeouts")
+        default = watchdog.default.timeout if watchdog is not None and watchdog.default else None
         Path(os.environ["OBSERVED"]).write_text(json.dumps({
             "loaded": request.config.pluginmanager.hasplugin("harness"),
-            "timeout": request.config.getoption("timeout"),
+            "timeout": request.config.getoption("timeout") or default,
             "vllm": getattr(vllm.LLM.__init__, "__harness__", False),
             "hf": getattr(transformers.PreTrainedModel.from_pretrained, "__harness__", False),
         }))

@@ -43,6 +43,25 @@ def test_worker_comes_from_the_session_not_an_inherited_variable(pytester, monke
     assert [t["worker"] for t in ledger.read(pytester.path / "led").tests] == ["main"]
 
 
+def test_a_session_stopped_by_x_reports_no_crash_in_the_test_it_never_ran(pytester, monkeypatch):
+    """Each test event announces pytest's next test (no test-start written for it); -x stops before it."""
+    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
+    pytester.makepyfile(
+        test_x="def test_a():\n    pass\n\ndef test_b():\n    assert 0\n\ndef test_c():\n    pass\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-x", "--harness", "--harness-ledger-dir", "led"
+    )
+    assert result.ret == 1
+    lines = (pytester.path / "led" / "main.jsonl").read_text().splitlines()
+    assert sum('"event": "test-start"' in line for line in lines) == 1  # test_a's only
+    read = ledger.read(pytester.path / "led")
+    assert [(t["nodeid"], t["outcome"]) for t in read.tests] == [
+        ("test_x.py::test_a", "passed"), ("test_x.py::test_b", "failed")
+    ]  # fmt: skip
+    assert ledger.unfinished(pytester.path / "led") == [] and read.findings == []
+
+
 def test_records_merge_outcomes_across_workers_and_phase_directories(tmp_path):
     first = ledger.LedgerWriter(tmp_path / "pooling", worker="gw0")
     ok = _start(first, model="a")
@@ -155,3 +174,61 @@ def test_nan_and_infinite_numbers_in_a_ledger_read_as_null_so_none_reaches_repor
     with open(tmp_path / "gw0.jsonl", "a") as handle:
         handle.write('{"event": "test", "t": 1, "nodeid": "t.py::y", "outcome": "passed", "call_s": 1e400}\n')
     assert [t["call_s"] for t in ledger.read(tmp_path).tests] == [None, None]
+
+
+def _session(tmp_path, worker="gw0", phase="p"):
+    writer = ledger.LedgerWriter(tmp_path, worker=worker)
+    writer.write("worker", worker=worker, pid=7, devices=["GPU-a"], mask="0", phase=phase, device="GPU-a")
+    return writer
+
+
+def test_a_test_announced_by_the_one_before_it_is_the_one_a_crash_is_blamed_on(tmp_path):
+    """The plugin writes no test-start for a test the previous test event announced as pytest's next."""
+    writer = _session(tmp_path)
+    writer.write("test-start", nodeid="t.py::a")
+    writer.write("test", nodeid="t.py::a", outcome="passed", next="t.py::b")
+    assert ledger.reader.running_test(tmp_path / "gw0.jsonl") == ("t.py::b", "t.py")
+    assert ledger.unfinished(tmp_path) == ["t.py::b"]
+    tests = {t["nodeid"]: t for t in ledger.read(tmp_path).tests}
+    assert tests["t.py::b"]["outcome"] == "error" and "while running t.py::b" in tests["t.py::b"]["crash"]
+    # the session's fields come from its worker event; "next" stays in the ledger
+    assert {k: tests["t.py::a"][k] for k in ("file", "worker", "device", "phase")} == {
+        "file": "t.py", "worker": "gw0", "device": "GPU-a", "phase": "p"
+    }  # fmt: skip
+    assert "next" not in tests["t.py::a"]
+
+
+def test_an_announced_test_that_never_ran_is_not_a_crash(tmp_path):
+    """-x or an interrupt between tests (the session-end names it), or xdist handing it elsewhere (another
+    test starts instead)."""
+    writer = _session(tmp_path)
+    writer.write("test-start", nodeid="t.py::a")
+    writer.write("test", nodeid="t.py::a", outcome="failed", next="t.py::stolen")
+    writer.write("test-start", nodeid="t.py::c")
+    writer.write("test", nodeid="t.py::c", outcome="failed", next="t.py::after-x")
+    writer.write("session-end", not_started="t.py::after-x")
+    assert ledger.unfinished(tmp_path) == []
+    assert [t["nodeid"] for t in ledger.read(tmp_path).tests] == ["t.py::a", "t.py::c"]
+    assert ledger.reader.running_test(tmp_path / "gw0.jsonl") is None
+
+
+def test_a_session_that_ends_inside_its_announced_test_still_blames_it(tmp_path):
+    """An interrupt during the test: the session ends with nothing left unstarted."""
+    writer = _session(tmp_path)
+    writer.write("test-start", nodeid="t.py::a")
+    writer.write("test", nodeid="t.py::a", outcome="passed", next="t.py::b")
+    writer.write("session-end", not_started=None)
+    assert ledger.unfinished(tmp_path) == ["t.py::b"]
+
+
+def test_quiet_says_whether_a_ledger_holds_anything_to_account_for(tmp_path):
+    writer = _session(tmp_path)
+    writer.write("test-start", nodeid="t.py::a")
+    writer.write("test", nodeid="t.py::a", outcome="passed", next=None)
+    assert ledger.quiet(tmp_path)
+    child = ledger.LedgerWriter(tmp_path / "child", worker="gw0.42")
+    child.write("finding", type="timeout", message="m")
+    assert not ledger.quiet(tmp_path)
+    assert not ledger.quiet(tmp_path / "child")
+    _start(ledger.LedgerWriter(tmp_path / "runner", worker="main"))
+    assert not ledger.quiet(tmp_path / "runner")
