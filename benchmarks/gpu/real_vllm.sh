@@ -7,10 +7,11 @@
 #   real_vllm.sh part2  (c) vLLM PR #52570's shape with the harness and on plain vLLM;
 #                       (e) pooling and generation on GPU 0 alone, compared with part1's runs    ~6-7 min
 #   real_vllm.sh part3  (b) harness run pooling-naive on every GPU, harness compare naive -> shipped ~6 min
-#   real_vllm.sh part4  (f) benchmarks/reuse.py's reuse-off run of the naive example, every GPU  ~6 min
-#   real_vllm.sh part5  (f) its shipped-suite and reuse-on runs                                      ~6 min
-#   real_vllm.sh part6  (f) its reuse-on run with history, and its table;
-#                       (g) benchmarks/plugin_overhead.py on this host's CPU                       ~4 min
+#   real_vllm.sh part4  (f) benchmarks/reuse.py's reuse-off run of the naive example and the shipped
+#                       suite, every GPU                                                             ~5 min
+#   real_vllm.sh part5  (f) its reuse-on runs, without and with history, and its table            ~4 min
+#   real_vllm.sh part6  (g) benchmarks/plugin_overhead.py on this host's CPU, as the cpu and cuda
+#                       platforms                                                                   ~2 min
 # Each part installs the project from this tree first. Every step runs under `timeout`, cut to what is
 # left of the part's PART_BUDGET_S (default 510 s), so a part ends and packs its files inside the call.
 # Into $OUT (at most 8 files come back): figures.txt (a line per step and each run's summary.md),
@@ -157,20 +158,23 @@ reuse() {
 }
 
 part4() {
-  reuse naive-off 540
+  reuse naive-off,shipped 540
   pack reuse reuse-part4.log
 }
 
 part5() {
-  reuse shipped,naive-on 540
+  reuse naive-on,naive-history 540
   pack reuse reuse-part5.log
 }
 
 part6() {
-  reuse naive-history 400
-  step "(g) benchmarks/plugin_overhead.py on the host's CPU"
-  bounded 100 python3 benchmarks/plugin_overhead.py --rounds 9 | tee -a "$OUT/figures.txt"
-  pack reuse reuse-part6.log
+  local platform
+  for platform in cpu cuda; do
+    step "(g) benchmarks/plugin_overhead.py, HARNESS_PLATFORM=$platform"
+    figure "plugin_overhead.py as the $platform platform:"
+    HARNESS_PLATFORM=$platform bounded 200 python3 benchmarks/plugin_overhead.py --rounds 9 |
+      tee -a "$OUT/figures.txt"
+  done
 }
 
 main() {

@@ -1,7 +1,9 @@
 """The "before" of the before/after pair: tests/models/pooling/test_embedding.py written naively.
 
 Every test builds its own runners, so every test pays for an engine start (~30 s on a 2-core CPU host)
-and an HF load. Same checks, same helpers and texts as the shipped file; only the runner lifetimes differ.
+and an HF load. Same checks, same helpers and texts as the shipped file, and its HF references computed
+the same way (``in_child``: in a spawned child on a GPU, so CUDA stays out of the test process and vLLM
+forks its engine); only the runner lifetimes differ.
 Run it through ``harness run`` (or plain pytest with the plugin) to see the extra starts and seconds.
 Not part of the shipped suites.
 """
@@ -9,7 +11,8 @@ Not part of the shipped suites.
 import numpy as np
 import pytest
 
-from harness.runners import HfRunner, VllmRunner
+from harness.runners import VllmRunner
+from harness.tracking.child import in_child
 from tests.models.pooling.test_embedding import (
     CORPUS,
     LONG_TEXT,
@@ -20,16 +23,13 @@ from tests.models.pooling.test_embedding import (
     TRUNCATE_TO,
     arrays,
     cosine,
+    hf_unit_token_embeddings,
     maxsim,
+    sentence_transformers_reference,
     threshold,
-    unit_rows,
 )
 
 pytestmark = pytest.mark.vllm
-
-
-def sentence_transformer(model):
-    return HfRunner(model, dtype="float32", is_sentence_transformer=True)
 
 
 def token_engine(model, **kwargs):
@@ -39,8 +39,7 @@ def token_engine(model, **kwargs):
 
 
 def test_embeddings_match_sentence_transformers(pooling_model):
-    with sentence_transformer(pooling_model) as hf:
-        want = hf.embed(TEXTS)
+    want = [in_child(sentence_transformers_reference, pooling_model)["embed"][text] for text in TEXTS]
     with VllmRunner(pooling_model, runner="pooling") as vllm:
         got = vllm.embed(TEXTS)
         floor = threshold(vllm)
@@ -86,8 +85,7 @@ def test_unsupported_task_raises_and_the_engine_still_answers(pooling_model):
 
 
 def test_token_embeddings_shape_and_direction(pooling_model):
-    with sentence_transformer(pooling_model) as hf:
-        want = hf.token_embed(TEXTS)
+    want = [in_child(sentence_transformers_reference, pooling_model)["tokens"][text] for text in TEXTS]
     with token_engine(pooling_model) as vllm:
         got = arrays(vllm.token_embed(TEXTS))
         floor = threshold(vllm)
@@ -110,10 +108,7 @@ def test_late_interaction_relevant_document_ranks_first(pooling_model):
 
 
 def test_float32_token_embeddings_match_hf(pooling_model):
-    from transformers import AutoModel
-
-    with HfRunner(pooling_model, dtype="float32", auto_cls=AutoModel) as hf:
-        want = [unit_rows(t) for t in hf.token_embed(TEXTS)]
+    want = [in_child(hf_unit_token_embeddings, pooling_model)[text] for text in TEXTS]
     with token_engine(pooling_model, dtype="float32") as vllm:
         got = arrays(vllm.token_embed(TEXTS))
     for g, w in zip(got, want, strict=True):
