@@ -39,7 +39,8 @@ def token_engine(model, **kwargs):
 
 
 def test_embeddings_match_sentence_transformers(pooling_model):
-    want = [in_child(sentence_transformers_reference, pooling_model)["embed"][text] for text in TEXTS]
+    reference = in_child(sentence_transformers_reference, pooling_model)
+    want = [reference["embed"][text] for text in TEXTS]
     with VllmRunner(pooling_model, runner="pooling") as vllm:
         got = vllm.embed(TEXTS)
         floor = threshold(vllm)
@@ -85,7 +86,8 @@ def test_unsupported_task_raises_and_the_engine_still_answers(pooling_model):
 
 
 def test_token_embeddings_shape_and_direction(pooling_model):
-    want = [in_child(sentence_transformers_reference, pooling_model)["tokens"][text] for text in TEXTS]
+    reference = in_child(sentence_transformers_reference, pooling_model)
+    want = [reference["tokens"][text] for text in TEXTS]
     with token_engine(pooling_model) as vllm:
         got = arrays(vllm.token_embed(TEXTS))
         floor = threshold(vllm)
@@ -108,7 +110,8 @@ def test_late_interaction_relevant_document_ranks_first(pooling_model):
 
 
 def test_float32_token_embeddings_match_hf(pooling_model):
-    want = [in_child(hf_unit_token_embeddings, pooling_model)[text] for text in TEXTS]
+    reference = in_child(hf_unit_token_embeddings, pooling_model)
+    want = [reference[text] for text in TEXTS]
     with token_engine(pooling_model, dtype="float32") as vllm:
         got = arrays(vllm.token_embed(TEXTS))
     for g, w in zip(got, want, strict=True):
