@@ -36,11 +36,19 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="harness", description="CI harness for GPU model test suites.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-
     doctor = sub.add_parser("doctor", help="platform, devices, memory, versions and fitting nox sessions")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(module="harness.doctor")
+    _add_run(sub)
+    report = sub.add_parser("report", help="(re)write the report files of a run directory")
+    report.add_argument("run_dir", help="a run directory that harness run wrote")
+    report.set_defaults(module="harness.report.finalize")
+    _add_compare(sub)
+    _add_ci(sub)
+    return parser
 
+
+def _add_run(sub) -> None:
     run = sub.add_parser(
         "run",
         help="run a suite's phases in order and write the run directory",
@@ -62,10 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(module="harness.run.command")
 
-    report = sub.add_parser("report", help="(re)write the report files of a run directory")
-    report.add_argument("run_dir", help="a run directory that harness run wrote")
-    report.set_defaults(module="harness.report.finalize")
 
+def _add_compare(sub) -> None:
     compare = sub.add_parser("compare", help="compare two reports: starts, wall, outcomes")
     compare.add_argument("before", help="the baseline: a report.json or its run directory")
     compare.add_argument("after", help="the run to judge: a report.json or its run directory")
@@ -79,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     compare.set_defaults(module="harness.report.compare")
 
+
+def _add_ci(sub) -> None:
     ci = sub.add_parser("ci", help="generate CI configuration")
     ci_sub = ci.add_subparsers(dest="ci_command", required=True)
     buildkite = ci_sub.add_parser("buildkite", help="print a dynamic Buildkite pipeline (YAML)")
@@ -99,7 +107,6 @@ def _parser() -> argparse.ArgumentParser:
     matrix.add_argument("--platforms", default=None, help="comma-separated (default: [tool.harness.ci])")
     matrix.add_argument("--suites", default=None, help="comma-separated (default: [tool.harness.ci])")
     matrix.set_defaults(module="harness.ci.github")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

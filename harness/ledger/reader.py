@@ -189,7 +189,7 @@ def _tests_of(file_events: list[dict], crashes: dict[str, dict]) -> list[dict]:
             following = event.pop("next", None)
             tests.append(event)
             if isinstance(following, str):
-                pending = {**event, "nodeid": following, "announced": True}
+                pending = {"event": "test-start", "t": event["t"], "nodeid": following, "announced": True}
                 _session_fields(pending, worker)
         elif kind == "session-end" and pending is not None and pending["nodeid"] == event.get("not_started"):
             pending = None

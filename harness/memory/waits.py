@@ -44,18 +44,7 @@ def wait_for_memory(
     ``Memory of devices devices=[0] not free after dur_s=240.14`` with the figures that explain it.
     """
     devices = list(devices)
-    if sum(given is not None for given in (threshold_bytes, threshold_ratio, per_device)) != 1:
-        raise ValueError("give exactly one of threshold_bytes, threshold_ratio, per_device")
-    if per_device is not None and set(devices) - set(per_device):
-        raise ValueError(f"per_device has no threshold for devices {sorted(set(devices) - set(per_device))}")
-
-    def limit(index: int, reading: MemoryReading) -> float:
-        if per_device is not None:
-            return per_device[index]
-        if threshold_bytes is not None:
-            return threshold_bytes
-        return cast(float, threshold_ratio) * reading.total_bytes  # exactly one threshold was given
-
+    limit = _limits(devices, threshold_bytes, threshold_ratio, per_device)
     start = clock()
     under_since = None
     while True:
@@ -80,6 +69,28 @@ def wait_for_memory(
                 f"memory of devices {devices} not under threshold{stable} {waited}: {figures}"
             )
         sleep(poll_s)
+
+
+def _limits(
+    devices: list[int],
+    threshold_bytes: int | None,
+    threshold_ratio: float | None,
+    per_device: Mapping[int, float] | None,
+) -> Callable[[int, MemoryReading], float]:
+    """A device's threshold in bytes, from exactly one of the three ways to give it."""
+    if sum(given is not None for given in (threshold_bytes, threshold_ratio, per_device)) != 1:
+        raise ValueError("give exactly one of threshold_bytes, threshold_ratio, per_device")
+    if per_device is not None and set(devices) - set(per_device):
+        raise ValueError(f"per_device has no threshold for devices {sorted(set(devices) - set(per_device))}")
+
+    def limit(index: int, reading: MemoryReading) -> float:
+        if per_device is not None:
+            return per_device[index]
+        if threshold_bytes is not None:
+            return threshold_bytes
+        return cast(float, threshold_ratio) * reading.total_bytes  # exactly one threshold was given
+
+    return limit
 
 
 def settle(

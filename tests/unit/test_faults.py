@@ -110,10 +110,12 @@ def test_sigterm_stops_the_phase_group_and_still_writes_the_report(project, tmp_
     )
     ledger = root / "out" / "ledger" / "p" / "main.jsonl"
     deadline = time.monotonic() + 60
-    while running_test(ledger) != ("tests/test_hang.py::test_hangs", "tests/test_hang.py"):
-        assert time.monotonic() < deadline and run.poll() is None
-        time.sleep(0.05)
-    run.send_signal(signal.SIGTERM)
+    try:
+        while running_test(ledger) != ("tests/test_hang.py::test_hangs", "tests/test_hang.py"):
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.05)
+    finally:  # a run that never got there is stopped as a cancelled job is, not left hanging for 600 s
+        run.send_signal(signal.SIGTERM)
     assert run.wait(timeout=60) == 128 + signal.SIGTERM
     report = json.loads((root / "out" / "report.json").read_text())
     tests = {t["nodeid"].split("::")[1]: t for t in report["tests"]}

@@ -186,11 +186,13 @@ def test_a_test_announced_by_the_one_before_it_is_the_one_a_crash_is_blamed_on(t
     """The plugin writes no test-start for a test the previous test event announced as pytest's next."""
     writer = _session(tmp_path)
     writer.write("test-start", nodeid="t.py::a")
-    writer.write("test", nodeid="t.py::a", outcome="passed", next="t.py::b")
-    assert ledger.reader.running_test(tmp_path / "gw0.jsonl") == ("t.py::b", "t.py")
-    assert ledger.unfinished(tmp_path) == ["t.py::b"]
+    writer.write("test", nodeid="t.py::a", outcome="passed", next="u.py::b")
+    assert ledger.reader.running_test(tmp_path / "gw0.jsonl") == ("u.py::b", "u.py")
+    assert ledger.unfinished(tmp_path) == ["u.py::b"]
     tests = {t["nodeid"]: t for t in ledger.read(tmp_path).tests}
-    assert tests["t.py::b"]["outcome"] == "error" and "while running t.py::b" in tests["t.py::b"]["crash"]
+    crashed = tests["u.py::b"]
+    assert crashed["outcome"] == "error" and "while running u.py::b" in crashed["crash"]
+    assert (crashed["file"], crashed["phase"], crashed["worker"]) == ("u.py", "p", "gw0")
     # the session's fields come from its worker event; "next" stays in the ledger
     assert {k: tests["t.py::a"][k] for k in ("file", "worker", "device", "phase")} == {
         "file": "t.py", "worker": "gw0", "device": "GPU-a", "phase": "p"
