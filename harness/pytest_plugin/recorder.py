@@ -174,7 +174,8 @@ def _last_pid(path: Path) -> int | None:
 
 
 class _Recorder:
-    """One session's test events, from pytest's plain report hooks.
+    """One session's test events: one ledger line per test, from plain hooks (the run protocol's start,
+    the reports, its finish).
 
     Plain hooks rather than wrappers around the run protocol: this runs for every test, and wrappers
     cost more per call. One object per session, so a pytest run inside a test (pytester) keeps its own.
