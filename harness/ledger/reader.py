@@ -201,10 +201,14 @@ def _tests_of(file_events: list[dict], crashes: dict[str, dict]) -> list[dict]:
 
 
 def _session_fields(event: dict, worker: dict | None) -> None:
-    """A test's fields that its session's ``worker`` event holds once (older ledgers wrote them each time)."""
+    """A test's fields that its session's ``worker`` event holds once (older ledgers wrote them each time):
+    the worker, the phase, and the device, the first the process sees."""
+    worker = worker or {}
     event.setdefault("file", event["nodeid"].partition("::")[0])
-    for name in ("worker", "device", "phase"):
-        event.setdefault(name, (worker or {}).get(name))
+    event.setdefault("worker", worker.get("worker"))
+    event.setdefault("phase", worker.get("phase"))
+    devices = worker.get("devices")
+    event.setdefault("device", devices[0] if isinstance(devices, list) and devices else None)
 
 
 def _load(directory: str | os.PathLike) -> tuple[dict[Path, list[dict]], dict[str, dict]]:

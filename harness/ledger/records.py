@@ -112,7 +112,6 @@ class WorkerInfo(TypedDict):
     mask: str | None
     pid: int
     phase: str | None
-    device: NotRequired[str | None]  # the first visible device's UUID: the device of every test it ran
     timeout: NotRequired[float | None]  # pytest-timeout's, to tell its thread method's kill apart
     timeout_method: NotRequired[str]
 

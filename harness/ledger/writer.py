@@ -83,7 +83,7 @@ class LedgerWriter:
 
         One unbuffered write hands the line to the kernel, which keeps it through SIGKILL and ``os._exit``;
         ``sync`` also fsyncs it to survive a host crash. Runner events sync; per-test events, thousands per
-        run, only flush (an fsync each doubled the wall of 2000 trivial tests).
+        run, skip the fsync (one each doubled the wall of 2000 trivial tests).
         """
         record = {"event": event, "t": time.time(), **fields}  # "event" first: readers may skip by it
         line = (_ENCODER.encode(record) + "\n").encode()

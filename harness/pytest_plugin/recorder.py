@@ -25,12 +25,12 @@ from harness.pytest_plugin.workers import is_controller, process_context, worker
 from harness.runners import HfRunner, VllmRunner
 from harness.tracking import patches, starts
 from harness.tracking.attribution import CHILD
+from harness.tracking.sampler import MemorySampler
 
 if TYPE_CHECKING:
     from harness.config.settings import Settings
     from harness.tracking.context import Context
     from harness.tracking.reuse import Pool
-from harness.tracking.sampler import MemorySampler
 
 _DIR = pytest.StashKey[Path]()
 _STARTED = pytest.StashKey[float]()
@@ -92,8 +92,7 @@ def _record(config: pytest.Config, here: Context) -> None:
         "worker",
         sync=False,  # the session's facts: a runner's events sync, and a host crash loses a session anyway
         **worker_event(config),
-        phase=os.environ.get("HARNESS_PHASE"),
-        device=_device(config),
+        phase=here.owner.phase,
         **timeouts.worker_fields(config),
     )
     if here.settings.memory_sample_s > 0:
@@ -275,12 +274,6 @@ def _outcome(reports: dict) -> str:
     if teardown is not None and teardown.failed:
         return "error"
     return "passed"
-
-
-def _device(config: pytest.Config) -> str | None:
-    """The UUID of this process's first visible device (the pin does not change mid-session)."""
-    devices = process_context(config).platform.devices()
-    return devices[0].uuid if devices else None
 
 
 @pytest.hookimpl(wrapper=True)

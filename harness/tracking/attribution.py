@@ -45,7 +45,12 @@ class Attribution:
         """The innermost fixture in setup, else the test body."""
         nodeid, file = self._test or (None, None)
         fixture, scope = self._fixtures[-1] if self._fixtures else (None, None)
-        return Owner(nodeid, file, fixture, scope, self.worker, os.environ.get("HARNESS_PHASE"))
+        return Owner(nodeid, file, fixture, scope, self.worker, self.phase)
+
+    @property
+    def phase(self) -> str | None:
+        """The ``harness run`` phase this process runs in (``HARNESS_PHASE``), None outside one."""
+        return os.environ.get("HARNESS_PHASE")
 
     def export(self, ledger_dir: str) -> str:
         """``CHILD``'s value, for the processes this session's tests spawn."""

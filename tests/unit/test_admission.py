@@ -118,15 +118,21 @@ def test_a_holder_released_during_the_grace_lets_the_runner_start(live):
     )
 
 
+def _counted(read):
+    """``read`` and a list that grows by one at each call of it."""
+    reads: list[int] = []
+
+    def counting():
+        reads.append(1)
+        return read()
+
+    return reads, counting
+
+
 def test_holders_fixtures_own_block_at_once_after_one_collection(live):
     """A fixture's value lives until its scope ends: no grace, only the look after the gc pass."""
     _engine(live, 0.6)
-    reads = []
-
-    def memory():
-        reads.append(1)
-        return _memory(50)()
-
+    reads, memory = _counted(_memory(50))
     with pytest.raises(RunnerBlocked):
         admission.admit(
             "x",
@@ -142,12 +148,7 @@ def test_holders_fixtures_own_block_at_once_after_one_collection(live):
 def test_the_grace_stays_when_any_explaining_holder_could_still_be_collected(live):
     _engine(live, 0.3)
     _engine(live, 0.3, key="gw0-2", owner=BODY_OWNER)
-    reads = []
-
-    def memory():
-        reads.append(1)
-        return _memory(50)()
-
+    reads, memory = _counted(_memory(50))
     with pytest.raises(RunnerBlocked):
         admission.admit(
             "x",

@@ -178,7 +178,7 @@ def test_nan_and_infinite_numbers_in_a_ledger_read_as_null_so_none_reaches_repor
 
 def _session(tmp_path, worker="gw0", phase="p"):
     writer = ledger.LedgerWriter(tmp_path, worker=worker)
-    writer.write("worker", worker=worker, pid=7, devices=["GPU-a"], mask="0", phase=phase, device="GPU-a")
+    writer.write("worker", worker=worker, pid=7, devices=["GPU-a"], mask="0", phase=phase)
     return writer
 
 

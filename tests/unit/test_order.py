@@ -37,40 +37,42 @@ def test_e(): pass
 """
 
 
-def _order(pytester, configurations: dict | None) -> list[str]:
+def _order(pytester, monkeypatch, configurations: dict | None) -> list[str]:
     pytester.makepyfile(test_s=SUITE)
     if configurations is not None:
         path = pytester.path / "configurations.json"
         path.write_text(json.dumps({f"test_s.py::{k}": v for k, v in configurations.items()}))
-        pytester._monkeypatch.setenv("HARNESS_CONFIGURATIONS", str(path))
+        monkeypatch.setenv("HARNESS_CONFIGURATIONS", str(path))
     result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider")
     return [line.removeprefix("test_s.py::") for line in result.outlines if line.startswith("test_s.py::")]
 
 
-def test_without_history_the_order_is_pytests(pytester):
-    assert _order(pytester, None) == [
+def test_without_history_the_order_is_pytests(pytester, monkeypatch):
+    assert _order(pytester, monkeypatch, None) == [
         "test_a[m1]", "test_b[m1]", "test_c[m1]", "test_d[m1-1]", "test_d[m1-2]",
         "test_a[m2]", "test_b[m2]", "test_c[m2]", "test_d[m2-1]", "test_d[m2-2]",
         "TestK::test_x", "TestK::test_y", "TestK::test_z", "test_e",
     ]  # fmt: skip
 
 
-def test_tests_of_one_configuration_are_gathered_within_their_module_class_and_parameters(pytester):
+def test_tests_of_one_configuration_are_gathered_within_their_module_class_and_parameters(
+    pytester, monkeypatch
+):
     history = {
         "test_a[m1]": "A", "test_b[m1]": "B", "test_c[m1]": "A", "test_d[m1-1]": "B", "test_d[m1-2]": "A",
         "test_a[m2]": "C", "test_b[m2]": "D", "test_c[m2]": "C",
         "TestK::test_x": "A", "TestK::test_y": "B", "TestK::test_z": "A", "test_e": "A",
     }  # fmt: skip
-    assert _order(pytester, history) == [
+    assert _order(pytester, monkeypatch, history) == [
         "test_a[m1]", "test_c[m1]", "test_d[m1-2]", "test_b[m1]", "test_d[m1-1]",
         "test_a[m2]", "test_c[m2]", "test_b[m2]", "test_d[m2-1]", "test_d[m2-2]",
         "TestK::test_x", "TestK::test_z", "TestK::test_y", "test_e",
     ]  # fmt: skip
 
 
-def test_an_unreadable_history_file_is_one_line(pytester):
+def test_an_unreadable_history_file_is_one_line(pytester, monkeypatch):
     pytester.makepyfile(test_s="def test_a(): pass\n")
-    pytester._monkeypatch.setenv("HARNESS_CONFIGURATIONS", str(pytester.path / "missing.json"))
+    monkeypatch.setenv("HARNESS_CONFIGURATIONS", str(pytester.path / "missing.json"))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: HARNESS_CONFIGURATIONS=*missing.json: cannot read it*"])

@@ -20,7 +20,7 @@ IMPORT = "import pytest\nfrom tests.unit.runner_suites.fake_runner import FakeRu
 
 
 @pytest.fixture
-def run(pytester, fake_gpus):
+def run(pytester, fake_gpus, monkeypatch):
     """Run a suite of ``{file name: source}`` on fake GPUs; returns (result, merged ledger)."""
 
     def run_suite(files: dict[str, str], *args: str, gpus: int = 1, env: dict | None = None):
@@ -28,7 +28,7 @@ def run(pytester, fake_gpus):
         for name, source in files.items():
             pytester.makepyfile(**{name: IMPORT + textwrap.dedent(source)})
         for key, value in (env or {}).items():
-            pytester._monkeypatch.setenv(key, value)
+            monkeypatch.setenv(key, value)
         directory = pytester.path / "ledger"
         result = pytester.runpytest_subprocess(
             "--harness", "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider", *args
