@@ -37,6 +37,8 @@ _STARTED = pytest.StashKey[float]()
 _SAMPLER = pytest.StashKey[MemorySampler]()
 _OUTER_CHILD = pytest.StashKey[str | None]()
 _TEMPORARY = pytest.StashKey[bool]()  # this process made the ledger directory: it removes it at the end
+_PHASES = ("setup", "call", "teardown")
+Report = pytest.TestReport | None  # a phase's report, None for a phase that did not run
 
 
 def _enabled(config: pytest.Config) -> bool:
@@ -195,10 +197,11 @@ class _Recorder:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         """A test-start without its test event marks the test the process died in. The previous test's
         event announced this one (``next``) when pytest knew it would follow: then it costs no write."""
-        self.owner.enter_test(item.nodeid, item.location[0])
+        nodeid = item.nodeid
+        self.owner.enter_test(nodeid, item.location[0])
         self.reports = {}
-        if item.nodeid != self.announced:
-            self.writer.write("test-start", sync=False, nodeid=item.nodeid)
+        if nodeid != self.announced:
+            self.writer.write("test-start", sync=False, nodeid=nodeid)
         self.announced = None
         self.following = None if nextitem is None else nextitem.nodeid
 
@@ -216,17 +219,9 @@ class _Recorder:
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
         starts.check_released()  # runners this test (or a fixture torn down with it) stopped
-        reports = self.reports
-        self.writer.write(
-            "test",
-            sync=False,
-            nodeid=nodeid,
-            outcome=_outcome(reports),
-            setup_s=_seconds(reports.get("setup")),
-            call_s=_seconds(reports.get("call")),
-            teardown_s=_seconds(reports.get("teardown")),
-            next=self.following,
-        )
+        phases = tuple(map(self.reports.get, _PHASES))  # setup, call, teardown: None for one not run
+        seconds = tuple(None if report is None else report.duration for report in phases)
+        self.writer.test(nodeid, _outcome(*phases), seconds, self.following)
         self.announced = self.following
         self.owner.leave_test()
 
@@ -256,15 +251,10 @@ def _timed_out(report: pytest.TestReport) -> bool:
     return before in text and after in text
 
 
-def _seconds(report: pytest.TestReport | None) -> float | None:
-    return None if report is None else round(report.duration, 3)
-
-
-def _outcome(reports: dict) -> str:
-    """One word for the test, from its phases' reports (the common case, all passed, decided first)."""
-    if all(r.passed for r in reports.values()) and "call" in reports:
-        return "passed"
-    setup, call, teardown = reports.get("setup"), reports.get("call"), reports.get("teardown")
+def _outcome(setup: Report, call: Report, teardown: Report) -> str:
+    """One word for the test, from its phases' reports."""
+    if call is not None and call.passed and teardown is not None and teardown.passed:
+        return "passed"  # the common case, decided first (a call runs only after its setup passed)
     if setup is not None and setup.failed:
         return "error"
     if (setup is not None and setup.skipped) or (call is not None and call.skipped):

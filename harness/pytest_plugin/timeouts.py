@@ -10,10 +10,12 @@ import time
 import pytest
 from pytest_timeout import Settings, get_env_settings, timeout_sigalrm
 
+from harness.tracking.attribution import Attribution
+
 _EFFECTIVE = pytest.StashKey[Settings]()
 
 
-def default_timeout(config: pytest.Config, seconds: float) -> None:
+def default_timeout(config: pytest.Config, seconds: float, owner: Attribution) -> None:
     """The platform's per-test timeout when the user set none (``--timeout``, ``PYTEST_TIMEOUT``, ini).
 
     With pytest-timeout's ``signal`` method the ``Watchdog`` arms it itself, so a test costs no
@@ -33,7 +35,7 @@ def default_timeout(config: pytest.Config, seconds: float) -> None:
         else:
             config.option.timeout = seconds
     config.stash[_EFFECTIVE] = settings
-    config.pluginmanager.register(Watchdog(default), "harness-timeouts")
+    config.pluginmanager.register(Watchdog(default, owner), "harness-timeouts")
 
 
 def worker_fields(config: pytest.Config) -> dict:
@@ -44,23 +46,25 @@ def worker_fields(config: pytest.Config) -> dict:
 
 
 class Watchdog:
-    """pytest-timeout's ``signal`` method without a timer per test.
+    """pytest-timeout's ``signal`` method on one alarm per process, with no hook of its own per test.
 
     pytest-timeout installs a SIGALRM handler and arms an interval timer for every test and undoes both
-    after it: most of a harness's per-test cost on trivial tests. Here a test's start only stores its
-    deadline; the alarm is armed when no alarm is pending or this deadline comes sooner, and an alarm that
-    finds a later deadline (a test started after it was armed) re-arms for the rest. A test past its
-    deadline gets pytest-timeout's own handling (``timeout_sigalrm``: the stacks, its failure message).
+    after it: most of a harness's per-test cost on trivial tests. Here the platform's default is armed once,
+    when the tests are collected; when the alarm fires, it reads the running test and its start from the
+    process's attribution (which the recorder moves for every test anyway) and re-arms for what is left of
+    that test's time, or for the whole default when none runs. A test past its deadline gets pytest-timeout's
+    own handling (``timeout_sigalrm``: the stacks, its failure message).
 
-    Deadlines come from pytest-timeout's override hooks where the user set a timeout (or a ``timeout``
-    marker does), and from ``default`` (the platform's, when the user set none) for every other test; a
-    test whose marker set none (``timeout(0)``) is looked up only when its default deadline passes.
-    The ``thread`` method, and tests outside the main thread, stay with pytest-timeout's own timer.
+    Where the user set a timeout (or a ``timeout`` marker does), pytest-timeout's override hooks hand that
+    test's deadline here, and it governs the test instead of the default; a test whose marker set none
+    (``timeout(0)``) is looked up only when its default deadline passes. The ``thread`` method, and tests
+    outside the main thread, stay with pytest-timeout's own timer.
     """
 
-    def __init__(self, default: Settings | None) -> None:
-        self.default = default
-        self.item: pytest.Item | None = None
+    def __init__(self, default: Settings | None, owner: Attribution) -> None:
+        self.default, self.owner = default, owner
+        self.items: list[pytest.Item] = []
+        self.item: pytest.Item | None = None  # a test whose own timeout pytest-timeout handed here
         self.settings: Settings | None = None
         self.deadline = 0.0
         self.alarm: float | None = None  # when the pending alarm fires (monotonic), None when none is
@@ -70,21 +74,20 @@ class Watchdog:
             return None  # pytest-timeout's own header says it
         return [f"timeout: {self.default.timeout}s (the harness's default here)", "timeout method: signal"]
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item) -> None:
-        """The default's deadline; after pytest-timeout's wrapper, which has set a marker's already."""
-        if self.default is not None and self.item is not item:
-            self._watch(item, self.default)
-
-    def pytest_runtest_logfinish(self) -> None:
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Where tests run (never in the xdist controller, which collects none itself)."""
+        self.items = session.items
         if self.default is not None:
-            self.item = None
+            self._arm(self.default.timeout)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Settings) -> bool | None:
         if settings.method != "signal" or threading.current_thread() is not threading.main_thread():
             return None
-        self._watch(item, settings)
+        self.item, self.settings = item, settings
+        self.deadline = time.monotonic() + settings.timeout
+        if self.alarm is None or self.deadline < self.alarm:
+            self._arm(settings.timeout)
         return True
 
     @pytest.hookimpl(tryfirst=True)
@@ -94,30 +97,38 @@ class Watchdog:
         self.item = None
         return True
 
-    def _watch(self, item: pytest.Item, settings: Settings) -> None:
-        self.item, self.settings = item, settings
-        self.deadline = time.monotonic() + settings.timeout
-        if self.alarm is None or self.deadline < self.alarm:
-            self._arm(settings.timeout)
-
     def _arm(self, seconds: float) -> None:
         if signal.getsignal(signal.SIGALRM) != self._fired:  # once, or again after a test replaced it
             signal.signal(signal.SIGALRM, self._fired)
         signal.setitimer(signal.ITIMER_REAL, seconds)
         self.alarm = time.monotonic() + seconds
 
+    def _due(self) -> tuple[pytest.Item | str | None, Settings | None, float]:
+        """The running test (an item, or the node id of one on the default), its settings and deadline."""
+        if self.item is not None:
+            return self.item, self.settings, self.deadline
+        running = self.owner.running()
+        if running is None or self.default is None:
+            return None, None, 0.0
+        nodeid, since = running
+        return nodeid, self.default, since + self.default.timeout
+
     def _fired(self, signum, frame) -> None:
         __tracebackhide__ = True
         self.alarm = None
-        if self.item is None:
-            return
-        remaining = self.deadline - time.monotonic()
-        if remaining > 0:
+        test, settings, deadline = self._due()
+        remaining = deadline - time.monotonic()
+        if test is not None and remaining > 0:
             self._arm(remaining)
             return
-        if self.settings is self.default and self.item.get_closest_marker("timeout") is not None:
-            return  # a marker pytest-timeout set no timer for: timeout(0), the test's own "none"
-        timeout_sigalrm(self.item, self.settings)
+        if self.default is not None:  # the tests after this one
+            self._arm(self.default.timeout)
+        if isinstance(test, str):
+            test = next((item for item in self.items if item.nodeid == test), None)
+            if test is None or test.get_closest_marker("timeout") is not None:
+                return  # not this session's, or a marker pytest-timeout set no timer for: timeout(0)
+        if test is not None:
+            timeout_sigalrm(test, settings)
 
     def pytest_unconfigure(self) -> None:
         if self.alarm is not None:

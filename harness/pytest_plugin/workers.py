@@ -144,7 +144,8 @@ def pytest_configure(config: pytest.Config) -> None:
                     f"-n {count} asks for more workers than the {available // per_gpu} visible GPU(s) "
                     f"× workers_per_gpu={per_gpu} allow; set workers_per_gpu in [tool.harness] to share GPUs"
                 )
-    default_timeout(config, process_context(config).settings.test_timeout_s)
+    here = process_context(config)
+    default_timeout(config, here.settings.test_timeout_s, here.owner)
 
 
 def _pin(config: pytest.Config, pin: dict, worker: str) -> None:

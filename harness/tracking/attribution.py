@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from harness.ledger.reader import running_test
@@ -25,10 +26,17 @@ class Attribution:
     def __init__(self, worker: str = "main") -> None:
         self.worker = worker  # the xdist worker id, or "main"
         self._test: tuple[str, str] | None = None  # (nodeid, file)
+        self._since = 0.0  # when it started
         self._fixtures: list[tuple[str, str]] = []  # (name, scope), innermost last
 
     def enter_test(self, nodeid: str, file: str) -> None:
         self._test = (nodeid, file)
+        self._since = time.monotonic()
+
+    def running(self) -> tuple[str, float] | None:
+        """The running test's node id and when it started (``time.monotonic``): the default timeout's
+        deadline is read from it, so no hook of its own runs for every test."""
+        return None if self._test is None else (self._test[0], self._since)
 
     def leave_test(self) -> None:
         self._test = None

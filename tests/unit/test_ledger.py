@@ -30,6 +30,35 @@ def test_events_are_json_lines_per_worker(tmp_path):
     assert all(isinstance(json.loads(line)["t"], float) for line in lines)
 
 
+@pytest.mark.parametrize(
+    ("nodeid", "seconds", "following"),
+    [
+        ("t.py::test_x[a-b]", (0.0004, 1.23456, 0.0), "t.py::test_y"),
+        ('t.py::test_q["quote\\back\tslash"]', (0.5, None, None), None),
+        ("t.py::test_unicode[café-√]", (None, None, 2.0), "t.py::test_ü"),
+    ],
+)
+def test_the_test_line_reads_back_as_the_general_writers_own(tmp_path, nodeid, seconds, following):
+    """``test`` formats the line every test writes itself; it must read back as ``write`` would give it."""
+    fast = ledger.LedgerWriter(tmp_path / "fast", worker="main")
+    general = ledger.LedgerWriter(tmp_path / "general", worker="main")
+    fast.test(nodeid, "passed", seconds, following)
+    setup_s, call_s, teardown_s = (None if s is None else round(s, 3) for s in seconds)
+    general.write(
+        "test",
+        nodeid=nodeid,
+        outcome="passed",
+        setup_s=setup_s,
+        call_s=call_s,
+        teardown_s=teardown_s,
+        next=following,
+    )
+    read = [json.loads((tmp_path / name / "main.jsonl").read_text()) for name in ("fast", "general")]
+    assert abs(read[0].pop("t") - read[1].pop("t")) < 1
+    assert read[0] == read[1]
+    assert list(read[0]) == list(read[1])  # "event" first, as readers that skip by it expect
+
+
 def test_worker_comes_from_the_session_not_an_inherited_variable(pytester, monkeypatch):
     """A pytest started from inside an xdist worker inherits PYTEST_XDIST_WORKER but is no worker."""
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")

@@ -269,6 +269,33 @@ def test_one_watchdog_keeps_pytest_timeouts_deadlines_and_report(cuda4, session)
     result.stdout.fnmatch_lines(["*Timeout (>0.3s) from pytest-timeout*", "FAILED *sooner_deadline*"])
 
 
+DEFAULTED = """
+import time, pytest
+
+def test_first():
+    time.sleep(0.7)
+
+def test_second_outlives_the_alarm_armed_at_collection():
+    time.sleep(0.7)
+
+@pytest.mark.timeout(0)
+def test_none_by_its_marker():
+    time.sleep(1.5)
+
+def test_hangs_after_it():
+    time.sleep(30)
+"""
+
+
+def test_the_default_timeout_counts_from_each_tests_own_start(cuda4, session, monkeypatch):
+    """One alarm, armed when the tests were collected and never per test: each test still gets the whole
+    default from its own start, a ``timeout(0)`` test none, and the test after that one its own again."""
+    monkeypatch.setenv("HARNESS_TEST_TIMEOUT_S", "1")
+    result = session(tests=DEFAULTED)
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*Timeout (>1.0s)*", "FAILED test_file.py::test_hangs_after_it*"])
+
+
 def test_a_bad_gpus_marker_under_xdist_fails_its_test_not_the_session(cuda4, session):
     result = session("-n", "2", tests="import pytest\n@pytest.mark.gpus('two')\ndef test_x():\n    pass\n")
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
