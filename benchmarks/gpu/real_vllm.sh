@@ -110,7 +110,7 @@ live_engine() {
   step "(c) #52570 with the harness: module scope blocked and named, class scope passes"
   t0=$SECONDS
   (cd "$dir/src" && PYTHONPATH=$root:$PYTHONPATH bounded 200 python3 -m pytest -p no:cacheprovider -rfE \
-    --durations=0 --harness-ledger-dir "$dir/ledger/with-harness" "${files[@]}") 2>&1 |
+    --durations=0 --harness --harness-ledger-dir "$dir/ledger/with-harness" "${files[@]}") 2>&1 |
     tee "$dir/with-harness.log"
   code=${PIPESTATUS[0]}
   figure "#52570 with the harness: pytest exit $code in $((SECONDS - t0)) s (expected 5 passed, 2 blocked)"
