@@ -154,6 +154,8 @@ def admit(
     for a shortage no holder explains. One garbage collection runs the finalizers of dropped runners and
     empties the allocator's cache first. Then, when fixtures own every holder that explains the shortage,
     the start is blocked at once; otherwise the check repeats for ``grace_s`` while they may still go.
+    Declared shares that only such holders explain block without the collection, which frees neither them
+    nor their shares (and takes about half a second where vLLM and torch are loaded).
     Declared shares past the device block under ``overlap="block"``; under ``"warn"`` they are passed to
     ``warn`` once and the start goes on when the measured memory fits.
     """
@@ -167,7 +169,9 @@ def admit(
         if found is None:
             return
         short, explaining = found
-        if not collected:
+        # a share declared by runners that fixtures keep (their scope is open) outlasts any collection
+        settled = declared is not None and all(h.pinned() for h in explaining)
+        if not collected and not settled:
             # dropped runners' finalizers and torch's cached blocks give memory back: look again first
             gc.collect()
             allocator.empty_cache()

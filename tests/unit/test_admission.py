@@ -145,6 +145,27 @@ def test_holders_fixtures_own_block_at_once_after_one_collection(live):
     assert len(reads) == 2  # before and after the collection; the old grace polled for a second
 
 
+def test_shares_fixtures_declared_block_without_a_collection(live):
+    """No garbage collection frees a runner a fixture keeps, nor its declared share: the full collection
+    (about 0.5 s on the H200 with vLLM loaded) is skipped and the start is blocked at once."""
+    import gc
+
+    _engine(live, 0.92)
+    collections = []
+
+    def count(phase, info):
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        with pytest.raises(RunnerBlocked, match="declared 0.92"):
+            _admit(live, admission.Need((0,), None, 0.92), used_gib=1, grace_s=5)
+    finally:
+        gc.callbacks.remove(count)
+    assert 2 not in collections  # the harness asked for no full collection
+
+
 def test_the_grace_stays_when_any_explaining_holder_could_still_be_collected(live):
     _engine(live, 0.3)
     _engine(live, 0.3, key="gw0-2", owner=BODY_OWNER)
