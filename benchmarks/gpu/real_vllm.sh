@@ -12,6 +12,8 @@
 #   real_vllm.sh part5  (f) its reuse-on runs, without and with history, and its table            ~4 min
 #   real_vllm.sh part6  (g) benchmarks/plugin_overhead.py on this host's CPU, as the cpu and cuda
 #                       platforms                                                                   ~2 min
+#   real_vllm.sh part7  (c') (c)'s embedding module shape alone with the harness: the seconds from its
+#                       blocked start to the error, read from the ledger                            ~1 min
 # Each part installs the project from this tree first. Every step runs under `timeout`, cut to what is
 # left of the part's PART_BUDGET_S (default 510 s), so a part ends and packs its files inside the call.
 # Into $OUT (at most 8 files come back): figures.txt (a line per step and each run's summary.md),
@@ -19,7 +21,7 @@
 # Run directories stay in /root/runs (RUNS) for the later parts.
 set -uo pipefail
 part=${1:-}
-case $part in part[1-6]) ;; *) echo "usage: real_vllm.sh part1|part2|...|part6" >&2 && exit 2 ;; esac
+case $part in part[1-7]) ;; *) echo "usage: real_vllm.sh part1|part2|...|part7" >&2 && exit 2 ;; esac
 [ -n "${OUT:-}" ] || { echo "real_vllm.sh: OUT is not set (the device call's output folder)" >&2 && exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -175,6 +177,20 @@ part6() {
     HARNESS_PLATFORM=$platform bounded 200 python3 benchmarks/plugin_overhead.py --rounds 9 |
       tee -a "$OUT/figures.txt"
   done
+}
+
+part7() {
+  local dir=$runs/blocked
+  rm -rf "$dir" && mkdir -p "$dir/src"
+  cp tests/unit/vllm_live_engine/shared.py "$dir/src/"
+  cp tests/unit/vllm_live_engine/embed_module_scoped.py "$dir/src/test_embed_module_scoped.py"
+  export LIVE_ENGINE_SHARED=${LIVE_ENGINE_SHARED:-0.92} LIVE_ENGINE_OWN=${LIVE_ENGINE_OWN:-0.92}
+  step "(c') the #52570 embedding shape with the harness: from the blocked start to its error"
+  (cd "$dir/src" && PYTHONPATH=$root:$PYTHONPATH bounded 200 python3 -m pytest -p no:cacheprovider -q \
+    --harness --harness-ledger-dir "$dir/ledger" test_embed_module_scoped.py) 2>&1 | tail -3
+  grep -h '"runner-failed"' "$dir"/ledger/*.jsonl |
+    python3 -c 'import json, sys; [print("blocked start to its error:", json.loads(l)["startup_s"], "s") for l in sys.stdin]' |
+    tee -a "$OUT/figures.txt"
 }
 
 main() {
