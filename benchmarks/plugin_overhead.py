@@ -1,21 +1,26 @@
 """Wall-time ratio of 2000 trivial tests with the harness plugin asked vs plain pytest (goal <= 1.05).
 
-    python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15]
+    python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15] [--instructions]
 
-Both variants run as fresh ``python -m pytest`` processes over the same generated file, alternating, on
-the platform detected here (or ``HARNESS_PLATFORM``); "plain" is
-``-p no:harness``. "with" (``--harness``) writes the ledger (one ``test`` line per test) into a
-temporary directory, as ``harness run`` does. The figure is the median of each round's with/plain ratio:
-a round runs the two back to back (which goes first alternates), so a host that slows for a while slows
-both sides of a round alike. Each round's walls are printed so noise is visible; the ratio of the medians
-and the CPU seconds' ratio are printed above the figure.
+Both variants run as fresh ``python -m pytest`` processes over the same generated file, on the platform
+detected here (or ``HARNESS_PLATFORM``); "plain" is ``-p no:harness``. "with" (``--harness``) writes the
+ledger (one ``test`` line per test) into a temporary directory, as ``harness run`` does.
+
+A round runs the two in the order plain, with, with, plain (the next round the other way round), so a
+host whose speed drifts within a round slows both sides alike; each side's faster run counts, since
+another process on the host only ever slows a run. The figure is the median of the rounds' ratios. Each
+round's walls are printed so noise is visible; the ratio of the medians and the CPU seconds' ratio are
+printed above the figure. ``--instructions`` also counts the instructions each variant executes, one run
+each under valgrind's cachegrind: a figure no other load on the host moves (it leaves out kernel time).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
@@ -50,35 +56,71 @@ def main() -> None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         common = ["-q", "-p", "no:cacheprovider", "test_trivial.py"]
         plain_args = common + ["-p", "no:harness"]
+        with_args = common + ["--harness"]
         wall(plain_args, root, env)  # warm the file system cache and bytecode
-        wall(common + [f"--harness-ledger-dir={root / 'warm'}"], root, env)
-        walls: dict[str, list[float]] = {"plain": [], "with": []}
-        cpus: dict[str, list[float]] = {"plain": [], "with": []}
-        for round_ in range(options.rounds):
-            # a fresh ledger each round, as each harness run has: a reused one grows and is re-read
-            variants = {
-                "plain": plain_args,
-                "with": common + ["--harness", f"--harness-ledger-dir={root / f'ledger{round_}'}"],
-            }
-            order = list(variants) if round_ % 2 == 0 else list(reversed(variants))  # neither always first
-            for name in order:
-                seconds, cpu = wall(variants[name], root, env)
-                walls[name].append(seconds)
-                cpus[name].append(cpu)
-            plain, with_plugin = walls["plain"][-1], walls["with"][-1]
-            print(f"round {round_ + 1}: plain {plain:.2f} s, with plugin {with_plugin:.2f} s")
+        wall(with_args + [f"--harness-ledger-dir={root / 'warm'}"], root, env)
+        walls, cpus, ratios = measure(options.rounds, plain_args, with_args, root, env)
         plain, with_plugin = (statistics.median(walls[name]) for name in ("plain", "with"))
         cpu_plain, cpu_with = (statistics.median(cpus[name]) for name in ("plain", "with"))
-        paired = statistics.median(w / p for w, p in zip(walls["with"], walls["plain"], strict=True))
         print(
             f"CPU seconds, median of {options.rounds}: plain {cpu_plain:.2f}, with plugin {cpu_with:.2f}, "
             f"ratio {cpu_with / cpu_plain:.3f}"
         )
         print(f"ratio of the medians: {with_plugin / plain:.3f}")
+        if options.instructions:
+            counted = {
+                "plain": instructions(plain_args, root, env),
+                "with": instructions(with_args + [f"--harness-ledger-dir={root / 'counted'}"], root, env),
+            }
+            print(
+                f"instructions, one run each: plain {counted['plain'] / 1e9:.3f} G, with plugin "
+                f"{counted['with'] / 1e9:.3f} G, ratio {counted['with'] / counted['plain']:.3f}"
+            )
         print(
             f"{options.tests} trivial tests, median of {options.rounds}: plain {plain:.2f} s, "
-            f"with plugin {with_plugin:.2f} s, ratio {paired:.3f} (the rounds' median; goal <= 1.05)"
+            f"with plugin {with_plugin:.2f} s, ratio {statistics.median(ratios):.3f} "
+            "(the rounds' median; goal <= 1.05)"
         )
+
+
+def measure(rounds: int, plain_args: list[str], with_args: list[str], root: Path, env: dict) -> tuple:
+    """Each side's best wall and CPU seconds per round, and the rounds' with/plain ratios."""
+    walls: dict[str, list[float]] = {"plain": [], "with": []}
+    cpus: dict[str, list[float]] = {"plain": [], "with": []}
+    ratios = []
+    for round_ in range(rounds):
+        order = ["plain", "with", "with", "plain"] if round_ % 2 == 0 else ["with", "plain", "plain", "with"]
+        runs: dict[str, list[tuple[float, float]]] = {"plain": [], "with": []}
+        for n, name in enumerate(order):
+            # a fresh ledger for each run, as each harness run has: a reused one grows and is re-read
+            ledger = [f"--harness-ledger-dir={root / f'ledger{round_}-{n}'}"] if name == "with" else []
+            runs[name].append(wall((with_args if name == "with" else plain_args) + ledger, root, env))
+        for name, measured in runs.items():
+            walls[name].append(min(seconds for seconds, _ in measured))
+            cpus[name].append(min(cpu for _, cpu in measured))
+        plain, with_plugin = walls["plain"][-1], walls["with"][-1]
+        ratios.append(with_plugin / plain)
+        print(f"round {round_ + 1}: plain {plain:.2f} s, with plugin {with_plugin:.2f} s")
+    return walls, cpus, ratios
+
+
+def instructions(args: list[str], cwd: Path, env: dict) -> int:
+    """Instructions one pytest process executes, counted by cachegrind (with a fixed hash seed)."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("plugin_overhead.py: --instructions needs valgrind on PATH")
+    done = subprocess.run(
+        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+        + [sys.executable, "-m", "pytest", *args],
+        cwd=cwd,
+        env={**env, "PYTHONHASHSEED": "0"},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if found is None:
+        raise SystemExit("plugin_overhead.py: cachegrind printed no instruction count")
+    return int(found.group(1).replace(",", ""))
 
 
 if __name__ == "__main__":
