@@ -68,6 +68,8 @@ class Watchdog:
         self.settings: Settings | None = None
         self.deadline = 0.0
         self.alarm: float | None = None  # when the pending alarm fires (monotonic), None when none is
+        self.found: tuple | None = None  # the SIGALRM handler and the timer's time left before this one's
+        self.found_at = 0.0
 
     def pytest_report_header(self) -> list[str] | None:
         if self.default is None:
@@ -99,6 +101,9 @@ class Watchdog:
 
     def _arm(self, seconds: float) -> None:
         if signal.getsignal(signal.SIGALRM) != self._fired:  # once, or again after a test replaced it
+            if self.found is None:  # what an outer session (pytester in process) had: given back at the end
+                self.found = (signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)[0])
+                self.found_at = time.monotonic()
             signal.signal(signal.SIGALRM, self._fired)
         signal.setitimer(signal.ITIMER_REAL, seconds)
         self.alarm = time.monotonic() + seconds
@@ -131,7 +136,12 @@ class Watchdog:
             timeout_sigalrm(test, settings)
 
     def pytest_unconfigure(self) -> None:
-        if self.alarm is not None:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
-            self.alarm = None
+        """The alarm is left as this session found it: an outer session's watchdog keeps its deadline."""
+        if self.found is None:
+            return
+        handler, remaining = self.found
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, handler if handler is not None else signal.SIG_DFL)
+        if remaining:  # what was left of it, less this session's time (at least a moment: 0 would disarm)
+            signal.setitimer(signal.ITIMER_REAL, max(remaining - (time.monotonic() - self.found_at), 1e-3))
+        self.found = self.alarm = None

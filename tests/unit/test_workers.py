@@ -296,6 +296,26 @@ def test_the_default_timeout_counts_from_each_tests_own_start(cuda4, session, mo
     result.stdout.fnmatch_lines(["*Timeout (>1.0s)*", "FAILED test_file.py::test_hangs_after_it*"])
 
 
+NESTED = """
+import time
+
+def test_a_pytest_session_in_this_process(pytester):
+    pytester.makepyfile("def test_x():\\n    pass\\n")
+    pytester.runpytest_inprocess("--harness", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+def test_hangs_after_it():
+    time.sleep(30)
+"""
+
+
+def test_a_session_run_inside_a_test_leaves_the_outer_sessions_alarm(cuda4, session, monkeypatch):
+    """pytester's in-process run has a watchdog of its own: at its end the outer one's alarm is back."""
+    monkeypatch.setenv("HARNESS_TEST_TIMEOUT_S", "3")
+    result = session("-p", "pytester", tests=NESTED)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*Timeout (>3.0s)*", "FAILED test_file.py::test_hangs_after_it*"])
+
+
 def test_a_bad_gpus_marker_under_xdist_fails_its_test_not_the_session(cuda4, session):
     result = session("-n", "2", tests="import pytest\n@pytest.mark.gpus('two')\ndef test_x():\n    pass\n")
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
