@@ -13,6 +13,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,7 @@ class LedgerWriter:
                 os.fsync(self._file.fileno())
         return record
 
-    def test(self, nodeid: str, outcome: str, seconds: tuple, following: str | None) -> None:
+    def test(self, nodeid: str, outcome: str, seconds: Sequence[float | None], following: str | None) -> None:
         """The ``test`` event, which every test writes (unsynced): the same line ``write`` gives, formatted
         here, since the JSON encoder's set-up for each call was most of a trivial test's cost. ``seconds``
         are its setup, call and teardown durations (None for a phase that did not run), to the millisecond.

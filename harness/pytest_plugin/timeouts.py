@@ -68,8 +68,7 @@ class Watchdog:
         self.settings: Settings | None = None
         self.deadline = 0.0
         self.alarm: float | None = None  # when the pending alarm fires (monotonic), None when none is
-        self.found: tuple | None = None  # the SIGALRM handler and the timer's time left before this one's
-        self.found_at = 0.0
+        self.found: tuple | None = None  # SIGALRM's handler and time left before this one's, and when
 
     def pytest_report_header(self) -> list[str] | None:
         if self.default is None:
@@ -102,8 +101,8 @@ class Watchdog:
     def _arm(self, seconds: float) -> None:
         if signal.getsignal(signal.SIGALRM) != self._fired:  # once, or again after a test replaced it
             if self.found is None:  # what an outer session (pytester in process) had: given back at the end
-                self.found = (signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)[0])
-                self.found_at = time.monotonic()
+                remaining = signal.getitimer(signal.ITIMER_REAL)[0]
+                self.found = (signal.getsignal(signal.SIGALRM), remaining, time.monotonic())
             signal.signal(signal.SIGALRM, self._fired)
         signal.setitimer(signal.ITIMER_REAL, seconds)
         self.alarm = time.monotonic() + seconds
@@ -128,20 +127,23 @@ class Watchdog:
             return
         if self.default is not None:  # the tests after this one
             self._arm(self.default.timeout)
-        if isinstance(test, str):
-            test = next((item for item in self.items if item.nodeid == test), None)
-            if test is None or test.get_closest_marker("timeout") is not None:
-                return  # not this session's, or a marker pytest-timeout set no timer for: timeout(0)
-        if test is not None:
-            timeout_sigalrm(test, settings)
+        item = self._on_default(test) if isinstance(test, str) else test
+        if item is not None:
+            timeout_sigalrm(item, settings)
+
+    def _on_default(self, nodeid: str) -> pytest.Item | None:
+        """This session's item of ``nodeid``; None for one not this session's, or one whose ``timeout``
+        marker pytest-timeout set no timer for (``timeout(0)``)."""
+        item = next((item for item in self.items if item.nodeid == nodeid), None)
+        return None if item is None or item.get_closest_marker("timeout") is not None else item
 
     def pytest_unconfigure(self) -> None:
         """The alarm is left as this session found it: an outer session's watchdog keeps its deadline."""
         if self.found is None:
             return
-        handler, remaining = self.found
+        handler, remaining, at = self.found
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, handler if handler is not None else signal.SIG_DFL)
         if remaining:  # what was left of it, less this session's time (at least a moment: 0 would disarm)
-            signal.setitimer(signal.ITIMER_REAL, max(remaining - (time.monotonic() - self.found_at), 1e-3))
+            signal.setitimer(signal.ITIMER_REAL, max(remaining - (time.monotonic() - at), 1e-3))
         self.found = self.alarm = None

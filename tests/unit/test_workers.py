@@ -227,9 +227,13 @@ def test_marker_overrides():
 
 def test_platform_timeout_fails_a_hung_test_by_name_and_the_run_goes_on(cuda4, session, monkeypatch):
     monkeypatch.setenv("HARNESS_TEST_TIMEOUT_S", "2")
-    result = session("-n", "1", tests=HANGS)
-    result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*Timeout (>2.0s)*", "FAILED test_file.py::test_hangs*"])
+    _timed_out(session("-n", "1", tests=HANGS), "2.0", "test_hangs", passed=2)
+
+
+def _timed_out(result, seconds: str, test: str, passed: int) -> None:
+    """``test`` failed by a timeout of ``seconds``, with pytest-timeout's message; the others passed."""
+    result.assert_outcomes(passed=passed, failed=1)
+    result.stdout.fnmatch_lines([f"*Timeout (>{seconds}s)*", f"FAILED test_file.py::{test}*"])
 
 
 def test_rocm_default_timeout_is_longer_than_cudas(rocm2, session):
@@ -291,9 +295,7 @@ def test_the_default_timeout_counts_from_each_tests_own_start(cuda4, session, mo
     """One alarm, armed when the tests were collected and never per test: each test still gets the whole
     default from its own start, a ``timeout(0)`` test none, and the test after that one its own again."""
     monkeypatch.setenv("HARNESS_TEST_TIMEOUT_S", "1")
-    result = session(tests=DEFAULTED)
-    result.assert_outcomes(passed=3, failed=1)
-    result.stdout.fnmatch_lines(["*Timeout (>1.0s)*", "FAILED test_file.py::test_hangs_after_it*"])
+    _timed_out(session(tests=DEFAULTED), "1.0", "test_hangs_after_it", passed=3)
 
 
 NESTED = """
@@ -311,9 +313,7 @@ def test_hangs_after_it():
 def test_a_session_run_inside_a_test_leaves_the_outer_sessions_alarm(cuda4, session, monkeypatch):
     """pytester's in-process run has a watchdog of its own: at its end the outer one's alarm is back."""
     monkeypatch.setenv("HARNESS_TEST_TIMEOUT_S", "3")
-    result = session("-p", "pytester", tests=NESTED)
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*Timeout (>3.0s)*", "FAILED test_file.py::test_hangs_after_it*"])
+    _timed_out(session("-p", "pytester", tests=NESTED), "3.0", "test_hangs_after_it", passed=1)
 
 
 def test_a_bad_gpus_marker_under_xdist_fails_its_test_not_the_session(cuda4, session):
