@@ -8,11 +8,10 @@ typo fails on every CI agent alike. ``[tool.harness.suites]`` and ``[tool.harnes
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.validate import Amount, Bounds, Count, Positive, fields_of, from_text, hints, table
@@ -23,8 +22,7 @@ OTHER_OWNERS = ("suites", "ci")
 CI_DEADLINE = "HARNESS_CI_DEADLINE"  # Unix time at which CI ends the job (the generated CI exports it)
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     settle: bool = False
     settle_ratio: Annotated[float, Bounds(0, 1)] = 0.05
     settle_floor_gib: Amount = 4.0

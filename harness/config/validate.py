@@ -13,14 +13,12 @@ import math
 import types
 import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Any, Literal, NamedTuple, NoReturn
 
 from harness.errors import ConfigError
 
 
-@dataclass(frozen=True)
-class Bounds:
+class Bounds(NamedTuple):
     """Limits a value keeps: numbers by value, strings and lists by length."""
 
     low: float | None = None
@@ -59,9 +57,9 @@ _TRUE, _FALSE, _NULL = ("1", "true", "yes", "on"), ("0", "false", "no", "off"), 
 
 
 def hints(cls: type) -> dict[str, Any]:
-    """A dataclass's fields and their types, resolved to type objects (``Annotated`` limits kept)."""
-    resolved = typing.get_type_hints(cls, include_extras=True)
-    return {field.name: resolved[field.name] for field in fields(cls)}
+    """A record class's fields (a ``NamedTuple``'s or a dataclass's) and their types, resolved to type
+    objects (``Annotated`` limits kept)."""
+    return typing.get_type_hints(cls, include_extras=True)
 
 
 def expected(label: str, what: str, value: Any) -> NoReturn:

@@ -3,13 +3,10 @@ memory belongs to, and how long that lets it live), and the shapes the reader me
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, NotRequired, Required, TypedDict
+from typing import Any, NamedTuple, NotRequired, Required, TypedDict
 
 
-@dataclass(frozen=True)
-class Owner:
+class Owner(NamedTuple):
     """The attribution stamped on a runner start or a fixture that holds memory."""
 
     test: str | None
@@ -21,7 +18,7 @@ class Owner:
 
     def fields(self) -> dict[str, Any]:
         """The owner as a ledger event's fields."""
-        return dataclasses.asdict(self)
+        return self._asdict()
 
     def lifetime(self) -> str:
         """How long something created under this owner lives, and what would free it earlier."""

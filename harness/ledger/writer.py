@@ -13,7 +13,6 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,12 +93,22 @@ class LedgerWriter:
                 os.fsync(self._file.fileno())
         return record
 
-    def test(self, nodeid: str, outcome: str, seconds: Sequence[float | None], following: str | None) -> None:
+    def test(
+        self,
+        nodeid: str,
+        outcome: str,
+        setup_s: float | None,
+        call_s: float | None,
+        teardown_s: float | None,
+        following: str | None,
+    ) -> None:
         """The ``test`` event, which every test writes (unsynced): the same line ``write`` gives, formatted
-        here, since the JSON encoder's set-up for each call was most of a trivial test's cost. ``seconds``
-        are its setup, call and teardown durations (None for a phase that did not run), to the millisecond.
+        here, since the JSON encoder's set-up for each call was most of a trivial test's cost. The phases'
+        durations (None for a phase that did not run) are kept to the millisecond.
         """
-        setup, call, teardown = ("null" if s is None else f"{s:.3f}" for s in seconds)
+        setup = "null" if setup_s is None else f"{setup_s:.3f}"
+        call = "null" if call_s is None else f"{call_s:.3f}"
+        teardown = "null" if teardown_s is None else f"{teardown_s:.3f}"
         line = (
             f'{{"event": "test", "t": {time.time()!r}, "nodeid": {_ENCODER.encode(nodeid)}, '
             f'"outcome": "{outcome}", "setup_s": {setup}, "call_s": {call}, "teardown_s": {teardown}, '

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from harness.errors import RunnerBlocked
 from harness.ledger.records import Owner
@@ -31,7 +32,7 @@ from harness.platform import allocator
 from harness.platform.base import GIB
 
 
-@dataclass
+@dataclass(eq=False)  # one holder is one live object: identity, not its fields
 class Holder:
     """Something alive in this process that keeps device memory: a runner or a fixture value.
 
@@ -87,8 +88,7 @@ class Holders:
             return [h for h in self._live.values() if wanted is None or wanted & set(h.devices)]
 
 
-@dataclass(frozen=True)
-class Need:
+class Need(NamedTuple):
     """What a runner asks for: bytes per device and, for vLLM, the declared fraction behind them."""
 
     devices: tuple[int, ...]

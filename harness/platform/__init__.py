@@ -12,8 +12,8 @@ import functools
 import importlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import ModuleType
+from typing import NamedTuple
 
 from harness.errors import PlatformError
 from harness.platform.amd import AmdPlatform
@@ -26,8 +26,7 @@ __all__ = ["Detection", "Device", "MemoryReading", "Platform", "detect", "PLATFO
 PLATFORMS = ("cuda", "rocm", "cpu")
 
 
-@dataclass(frozen=True)
-class Detection:
+class Detection(NamedTuple):
     platform: Platform
     reason: str
 

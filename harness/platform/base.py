@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MIB = 2**20
 GIB = 2**30  # every figure the platform layer gives is in bytes; these are for people and settings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True)  # not a NamedTuple: its ``index`` would shadow tuple.index
 class Device:
     """One device as this process sees it.
 
@@ -26,8 +27,7 @@ class Device:
     total_bytes: int
 
 
-@dataclass(frozen=True)
-class MemoryReading:
+class MemoryReading(NamedTuple):
     """Device memory in bytes. ``used`` excludes nothing: it is what the library reports as used."""
 
     used_bytes: int

@@ -37,8 +37,8 @@ _STARTED = pytest.StashKey[float]()
 _SAMPLER = pytest.StashKey[MemorySampler]()
 _OUTER_CHILD = pytest.StashKey[str | None]()
 _TEMPORARY = pytest.StashKey[bool]()  # this process made the ledger directory: it removes it at the end
-_PHASES = ("setup", "call", "teardown")
 Report = pytest.TestReport | None  # a phase's report, None for a phase that did not run
+Next = tuple[pytest.Item, str] | None  # the item pytest runs next and its node id; None: the last
 
 
 def _enabled(config: pytest.Config) -> bool:
@@ -175,19 +175,23 @@ def _last_pid(path: Path) -> int | None:
 
 
 class _Recorder:
-    """One session's test events: one ledger line per test, from plain hooks (the run protocol's start,
-    the reports, its finish).
+    """One session's test events: one ledger line per test, from plain hooks (the run protocol's start and
+    the reports).
 
     Plain hooks rather than wrappers around the run protocol: this runs for every test, and wrappers
-    cost more per call. One object per session, so a pytest run inside a test (pytester) keeps its own.
+    cost more per call. The teardown report, the last a test logs, ends it: no hook of its own for that.
+    One object per session, so a pytest run inside a test (pytester) keeps its own.
     """
 
     def __init__(self, config: pytest.Config, writer: ledger.LedgerWriter):
         self.config, self.writer = config, writer
         self.owner = process_context(config).owner  # this session's, fixed for its life
-        self.reports: dict[str, pytest.TestReport] = {}
-        self.following: str | None = None  # the node id pytest runs next, as it told this test's protocol
-        self.announced: str | None = None  # announced by the last test event, not started yet
+        self.nodeid = ""  # the running test's, read once (pytest 9 builds the string on each access)
+        self.setup: Report = None  # its setup and call reports, None until logged
+        self.call: Report = None
+        self.retried = False  # this try of the test is not its last
+        self.following: Next = None  # what pytest runs next, as it told this test's protocol
+        self.announced: Next = None  # announced by the last test event, not started yet
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not hasattr(self.config, "workerinput"):  # under xdist the controller lists them once
@@ -197,33 +201,49 @@ class _Recorder:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         """A test-start without its test event marks the test the process died in. The previous test's
         event announced this one (``next``) when pytest knew it would follow: then it costs no write."""
-        nodeid = item.nodeid
-        self.owner.enter_test(nodeid, item.location[0])
-        self.reports = {}
-        if nodeid != self.announced:
-            self.writer.write("test-start", sync=False, nodeid=nodeid)
-        self.announced = None
-        self.following = None if nextitem is None else nextitem.nodeid
+        announced, self.announced = self.announced, None
+        if announced is not None and announced[0] is item:
+            self.nodeid = announced[1]
+        else:
+            self.nodeid = item.nodeid
+            self.writer.write("test-start", sync=False, nodeid=self.nodeid)
+        self.owner.enter_test(self.nodeid, item.location[0])
+        self.following = None if nextitem is None else (nextitem, nextitem.nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.reports[report.when] = report
         if report.failed and _timed_out(report):
             crash = getattr(report.longrepr, "reprcrash", None)
             message = crash.message if crash is not None else report.longreprtext.strip().splitlines()[-1]
             self.writer.write("finding", type="timeout", test=report.nodeid, message=message)
+        when = report.when
+        if when == "setup":  # each try of a test logs its setup first
+            self.setup, self.call, self.retried = report, None, False
+        elif when == "call":
+            self.call = report
+        if report.outcome == "rerun":  # pytest-rerunfailures: this try failed, the test runs again
+            self.retried = True
+        elif when == "teardown" and not self.retried:
+            self._finish(report)
+
+    def _finish(self, teardown: pytest.TestReport) -> None:
+        starts.check_released()  # runners this test (or a fixture torn down with it) stopped
+        setup, call = self.setup, self.call
+        self.writer.test(
+            self.nodeid,
+            _outcome(setup, call, teardown),
+            None if setup is None else setup.duration,
+            None if call is None else call.duration,
+            teardown.duration,
+            None if self.following is None else self.following[1],
+        )
+        self.announced = self.following
+        self.owner.leave_test()
 
     def pytest_sessionfinish(self) -> None:
         patches.check_untracked()  # a runner class the library moved away from the import hook
         # a test announced but never run (-x, an interrupt between tests) is not one the process died in
-        self.writer.write("session-end", sync=False, not_started=self.announced)
-
-    def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
-        starts.check_released()  # runners this test (or a fixture torn down with it) stopped
-        phases = tuple(map(self.reports.get, _PHASES))  # setup, call, teardown: None for one not run
-        seconds = tuple(None if report is None else report.duration for report in phases)
-        self.writer.test(nodeid, _outcome(*phases), seconds, self.following)
-        self.announced = self.following
-        self.owner.leave_test()
+        not_started = None if self.announced is None else self.announced[1]
+        self.writer.write("session-end", sync=False, not_started=not_started)
 
 
 class _Reuse:
@@ -251,9 +271,9 @@ def _timed_out(report: pytest.TestReport) -> bool:
     return before in text and after in text
 
 
-def _outcome(setup: Report, call: Report, teardown: Report) -> str:
+def _outcome(setup: Report, call: Report, teardown: pytest.TestReport) -> str:
     """One word for the test, from its phases' reports."""
-    if call is not None and call.passed and teardown is not None and teardown.passed:
+    if call is not None and call.passed and teardown.passed:
         return "passed"  # the common case, decided first (a call runs only after its setup passed)
     if setup is not None and setup.failed:
         return "error"
@@ -261,7 +281,7 @@ def _outcome(setup: Report, call: Report, teardown: Report) -> str:
         return "skipped"
     if call is not None and call.failed:
         return "failed"
-    if teardown is not None and teardown.failed:
+    if teardown.failed:
         return "error"
     return "passed"
 

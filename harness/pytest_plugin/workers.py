@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import pytest
 
@@ -35,8 +35,7 @@ _NARROWED = pytest.StashKey[dict]()
 _INVALID = pytest.StashKey[str]()
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(NamedTuple):
     """One worker's share: the mask entry that selects its device, and that device's UUID."""
 
     mask: str

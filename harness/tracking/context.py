@@ -24,7 +24,7 @@ from harness.platform.base import Platform
 from harness.tracking.attribution import Attribution
 
 
-@dataclass
+@dataclass(eq=False)  # one process's state: identity, not its fields
 class Context:
     platform: Platform
     settings: Settings

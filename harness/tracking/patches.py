@@ -17,9 +17,8 @@ import importlib.util
 import inspect
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.tracking.context import current
 from harness.tracking.starts import normalise, starting
@@ -99,8 +98,7 @@ def _patch_sentence_transformers(module) -> None:
     cls.__init__ = __init__
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """A runner class the harness wraps: where the library defines it and which method starts it."""
 
     module: str

@@ -42,7 +42,7 @@ def test_the_test_line_reads_back_as_the_general_writers_own(tmp_path, nodeid, s
     """``test`` formats the line every test writes itself; it must read back as ``write`` would give it."""
     fast = ledger.LedgerWriter(tmp_path / "fast", worker="main")
     general = ledger.LedgerWriter(tmp_path / "general", worker="main")
-    fast.test(nodeid, "passed", seconds, following)
+    fast.test(nodeid, "passed", *seconds, following)
     setup_s, call_s, teardown_s = (None if s is None else round(s, 3) for s in seconds)
     general.write(
         "test",
@@ -88,6 +88,45 @@ def test_a_session_stopped_by_x_reports_no_crash_in_the_test_it_never_ran(pytest
     assert [(t["nodeid"], t["outcome"]) for t in read.tests] == [
         ("test_x.py::test_a", "passed"), ("test_x.py::test_b", "failed")
     ]  # fmt: skip
+    assert ledger.unfinished(pytester.path / "led") == [] and read.findings == []
+
+
+FLAKY = """
+import pytest
+
+def _first(name):
+    marker = __import__("pathlib").Path(name)
+    first = not marker.exists()
+    marker.touch()
+    return first
+
+@pytest.fixture
+def breaks_once():
+    yield
+    assert not _first("teardown-ran")
+
+def test_call_fails_once():
+    assert not _first("call-ran")
+
+def test_teardown_fails_once(breaks_once):
+    pass
+"""
+
+
+def test_a_test_pytest_rerunfailures_runs_again_is_one_test_line_with_its_last_outcome(pytester, monkeypatch):
+    """vLLM marks flaky tests for pytest-rerunfailures, which logs a failed try (its call, or its teardown)
+    as "rerun" and runs the test again: the ledger holds the test once, as its last try ended."""
+    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
+    pytester.makepyfile(test_flaky=FLAKY)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--reruns", "1", "--harness", "--harness-ledger-dir", "led"
+    )
+    assert result.parseoutcomes() == {"passed": 3, "rerun": 2}  # the teardown that failed: its call passed
+    read = ledger.read(pytester.path / "led")
+    assert [(t["nodeid"], t["outcome"]) for t in read.tests] == [
+        ("test_flaky.py::test_call_fails_once", "passed"),
+        ("test_flaky.py::test_teardown_fails_once", "passed"),
+    ]
     assert ledger.unfinished(pytester.path / "led") == [] and read.findings == []
 
 
