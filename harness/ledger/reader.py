@@ -9,10 +9,12 @@ import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from harness.errors import HarnessError
-from harness.ledger.records import Finding, Record, Sample, TestResult, WorkerInfo
+
+if TYPE_CHECKING:  # the shapes are for type checkers here: a session that only writes never defines them
+    from harness.ledger.records import Finding, Record, Sample, TestResult, WorkerInfo
 
 MAX_FILE_BYTES = 256 * 2**20  # a ledger file larger than this is not one the harness wrote
 # fields the reader relies on, per event; an event without them (a hand-edited or foreign line) is skipped
@@ -235,7 +237,7 @@ def read(directory: str | os.PathLike) -> Ledger:
     ledger = Ledger()
     per_path, crashes = _load(directory)
     for listed in per_path.values():
-        ledger.tests += [cast(TestResult, _without_kind(t)) for t in _tests_of(listed, crashes)]
+        ledger.tests += [cast("TestResult", _without_kind(t)) for t in _tests_of(listed, crashes)]
         _merge(listed, ledger)
     ledger.findings += [
         {"type": "crash", "t": t["t"], "test": t["nodeid"], "phase": t.get("phase"), "message": t["crash"]}
@@ -280,7 +282,7 @@ def _record(start: dict[str, Any]) -> Record:
     """A runner's record from its ``runner-start`` event, not stopped (yet)."""
     fields = {k: v for k, v in start.items() if k != "t"}
     return cast(
-        Record,
+        "Record",
         {
             **fields,
             "start": start["t"],

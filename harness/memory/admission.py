@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from harness.errors import RunnerBlocked
-from harness.ledger.records import Owner
+from harness.ledger.owner import Owner
 from harness.platform import allocator
 from harness.platform.base import GIB
 

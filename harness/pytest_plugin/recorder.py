@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness import ledger
-from harness.ledger.records import Record
 from harness.pytest_plugin import order, timeouts
 from harness.pytest_plugin.membership import Membership
 from harness.pytest_plugin.workers import is_controller, process_context, worker_event, worker_id
@@ -29,6 +28,7 @@ from harness.tracking.sampler import MemorySampler
 
 if TYPE_CHECKING:
     from harness.config.settings import Settings
+    from harness.ledger.records import Record
     from harness.tracking.context import Context
     from harness.tracking.reuse import Pool
 
@@ -211,16 +211,16 @@ class _Recorder:
         self.following = None if nextitem is None else (nextitem, nextitem.nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.failed and _timed_out(report):
+        when, outcome = report.when, report.outcome  # read once: this runs three times a test
+        if outcome == "failed" and _timed_out(report):
             crash = getattr(report.longrepr, "reprcrash", None)
             message = crash.message if crash is not None else report.longreprtext.strip().splitlines()[-1]
             self.writer.write("finding", type="timeout", test=report.nodeid, message=message)
-        when = report.when
         if when == "setup":  # each try of a test logs its setup first
             self.setup, self.call, self.retried = report, None, False
         elif when == "call":
             self.call = report
-        if report.outcome == "rerun":  # pytest-rerunfailures: this try failed, the test runs again
+        if outcome == "rerun":  # pytest-rerunfailures: this try failed, the test runs again
             self.retried = True
         elif when == "teardown" and not self.retried:
             self._finish(report)

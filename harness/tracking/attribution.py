@@ -11,8 +11,8 @@ import os
 import time
 from pathlib import Path
 
+from harness.ledger.owner import Owner
 from harness.ledger.reader import running_test
-from harness.ledger.records import Owner
 
 # set by the plugin for its session: the ledger and worker a process a test spawns records under (vLLM's
 # spawn_new_process_for_each_test runs the test body in a fresh interpreter that no plugin configures); the

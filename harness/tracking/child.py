@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from harness.config.settings import Settings
-from harness.ledger.records import Owner
+from harness.ledger.owner import Owner
 from harness.ledger.writer import LedgerWriter
 from harness.platform import detect
 from harness.tracking import context, patches

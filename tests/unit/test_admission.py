@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import RunnerBlocked
-from harness.ledger.records import Owner
+from harness.ledger.owner import Owner
 from harness.memory import admission
 from harness.platform.base import MemoryReading
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.ledger.records import Owner
+from harness.ledger.owner import Owner
 from harness.tracking import context
 from harness.tracking.attribution import Attribution
 

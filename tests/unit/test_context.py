@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from harness.config.settings import load_settings
-from harness.ledger.records import Owner
+from harness.ledger.owner import Owner
 from harness.memory.admission import Holder, Holders
 from harness.platform.host import HostPlatform
 from harness.tracking import context
