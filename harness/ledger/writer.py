@@ -103,14 +103,15 @@ class LedgerWriter:
         following: str | None,
     ) -> None:
         """The ``test`` event, which every test writes (unsynced): the same line ``write`` gives, formatted
-        here, since the JSON encoder's set-up for each call was most of a trivial test's cost. The phases'
-        durations (None for a phase that did not run) are kept to the millisecond.
+        here, since the JSON encoder's set-up for each call was most of a trivial test's cost. Its time and
+        the phases' durations (None for a phase that did not run) are kept to the millisecond: the shortest
+        repr of the time alone cost a third of the line.
         """
         setup = "null" if setup_s is None else f"{setup_s:.3f}"
         call = "null" if call_s is None else f"{call_s:.3f}"
         teardown = "null" if teardown_s is None else f"{teardown_s:.3f}"
         line = (
-            f'{{"event": "test", "t": {time.time()!r}, "nodeid": {_ENCODER.encode(nodeid)}, '
+            f'{{"event": "test", "t": {time.time():.3f}, "nodeid": {_ENCODER.encode(nodeid)}, '
             f'"outcome": "{outcome}", "setup_s": {setup}, "call_s": {call}, "teardown_s": {teardown}, '
             f'"next": {"null" if following is None else _ENCODER.encode(following)}}}\n'
         )
