@@ -5,9 +5,10 @@ benchmarks/plugin_overhead.py's ratio, and where it goes.
 
 For each platform (``HARNESS_PLATFORM``) it runs one trivial test ``--runs`` times with ``--harness`` and
 with ``-p no:harness`` and prints each side's fastest wall and CPU seconds (the host's load only ever
-slows a run). Then, once per platform, ``python -X importtime`` of the harness side: the modules the
-harness side imports that plain pytest does not, by their cumulative import time, largest first. The
-plugins pytest loads (plain pytest's own baseline) are listed once.
+slows a run), and what 2000 appends of a test line to a file cost this host's kernel (the ledger makes one
+a test, so that a killed worker loses nothing). Then, once per platform, ``python -X importtime`` of the
+harness side: the modules the harness side imports that plain pytest does not, by their cumulative import
+time, largest first. The plugins pytest loads (plain pytest's own baseline) are listed once.
 """
 
 from __future__ import annotations
@@ -42,6 +43,19 @@ def imports(args: list[str], cwd: Path, env: dict) -> dict[str, int]:
     return {name: int(cumulative) for cumulative, depth, name in found if not depth}
 
 
+def appends(directory: Path, count: int = 2000) -> float:
+    """Seconds ``count`` unbuffered appends of a ledger-sized line take, as the ledger writes them."""
+    line = b'{"event": "test", "t": 1796110196.131, "nodeid": "tests/test_x.py::test_y[a-b]", ' * 2 + b"}\n"
+    descriptor = os.open(directory / "appends.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        started = time.perf_counter()
+        for _ in range(count):
+            os.write(descriptor, line)
+        return time.perf_counter() - started
+    finally:
+        os.close(descriptor)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
@@ -56,6 +70,7 @@ def main() -> None:
         plain = ["-p", "no:harness"]
         versions = subprocess.run([*PYTEST[:3], "-VV"], cwd=root, env=env, capture_output=True, text=True)
         print("pytest and its plugins here:", " ".join(versions.stdout.split()))
+        print(f"2000 appends of a test line: {min(appends(Path(directory)) for _ in range(3)) * 1e3:.1f} ms")
         for platform in options.platforms.split(","):
             here = {**env, "HARNESS_PLATFORM": platform}
             harness = ["--harness", f"--harness-ledger-dir={Path(directory) / platform}"]
