@@ -11,13 +11,14 @@ ratio, named. cProfile slows every call alike, so read the figures against each 
 from __future__ import annotations
 
 import argparse
-import os
 import pstats
 import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from trivial import PYTEST, environment, suite
 
 RUN = """
 import cProfile, sys, pytest
@@ -27,9 +28,8 @@ cProfile.run("pytest.main(sys.argv[2:])", sys.argv[1])
 
 def profile(out: Path, args: list[str], cwd: Path) -> dict:
     """cProfile's stats of one pytest session in a fresh process, keyed by (file, line, function)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    command = [sys.executable, "-c", RUN, str(out), "-q", "-p", "no:cacheprovider", "test_trivial.py", *args]
-    subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True)
+    command = [sys.executable, "-c", RUN, str(out), *PYTEST[3:], *args]  # PYTEST's arguments, in process
+    subprocess.run(command, cwd=cwd, env=environment(), check=True, capture_output=True)
     stats = pstats.Stats(str(out)).stats  # type: ignore[attr-defined]
     # a built-in's name carries its type's address, which differs between the two processes
     return {(file, line, re.sub(r" at 0x[0-9a-f]+", "", name)): s for (file, line, name), s in stats.items()}
@@ -41,11 +41,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15)
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
-        root = Path(directory) / "suite"
-        root.mkdir()
-        body = "".join(f"def test_{n}():\n    pass\n\n\n" for n in range(options.tests))
-        (root / "test_trivial.py").write_text(body)
-        (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+        root = suite(Path(directory), options.tests)
         plain = profile(Path(directory) / "plain.prof", ["-p", "no:harness"], root)
         harness = profile(Path(directory) / "harness.prof", ["--harness"], root)
     grown = []

@@ -17,25 +17,14 @@ each under valgrind's cachegrind: a figure no other load on the host moves (it l
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-
-def wall(args: list[str], cwd: Path, env: dict) -> tuple[float, float]:
-    """(wall, CPU) seconds of one pytest process; CPU (user + system) moves less with the host's load."""
-    started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, check=True, capture_output=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return time.perf_counter() - started, cpu
+from trivial import PYTEST, environment, suite, timed
 
 
 def main() -> None:
@@ -45,23 +34,11 @@ def main() -> None:
     parser.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
-        # the ledgers beside the suite, not in it: pytest lists the directory it collects from, and 30
-        # ledger directories there cost every later run, plain or not, 0.35 % more instructions
-        root, ledgers = Path(directory) / "suite", Path(directory)
-        root.mkdir()
-        body = "".join(f"def test_{n}():\n    pass\n\n\n" for n in range(options.tests))
-        (root / "test_trivial.py").write_text(body)
-        (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
-        env = dict(os.environ)  # the platform detected here (or HARNESS_PLATFORM), as a user's run has
-        # Bytecode is cached, as for any installed package (pip compiles at install): with
-        # PYTHONDONTWRITEBYTECODE=1 (set on this machine) every run compiled harness's modules from
-        # source, and pytest rewrote their asserts, which plain pytest's precompiled modules never pay.
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        common = ["-q", "-p", "no:cacheprovider", "test_trivial.py"]
-        plain_args = common + ["-p", "no:harness"]
-        with_args = common + ["--harness"]
-        wall(plain_args, root, env)  # warm the file system cache and bytecode
-        wall(with_args + [f"--harness-ledger-dir={ledgers / 'warm'}"], root, env)
+        ledgers = Path(directory)  # beside the suite, not in it (see trivial.suite)
+        root, env = suite(ledgers, options.tests), environment()
+        plain_args, with_args = ["-p", "no:harness"], ["--harness"]
+        timed(plain_args, root, env)  # warm the file system cache and bytecode
+        timed(with_args + [f"--harness-ledger-dir={ledgers / 'warm'}"], root, env)
         walls, cpus, ratios = measure(options.rounds, plain_args, with_args, root, ledgers, env)
         plain, with_plugin = (statistics.median(walls[name]) for name in ("plain", "with"))
         cpu_plain, cpu_with = (statistics.median(cpus[name]) for name in ("plain", "with"))
@@ -99,7 +76,7 @@ def measure(
         for n, name in enumerate(order):
             # a fresh ledger for each run, as each harness run has: a reused one grows and is re-read
             ledger = [f"--harness-ledger-dir={ledgers / f'ledger{round_}-{n}'}"] if name == "with" else []
-            runs[name].append(wall((with_args if name == "with" else plain_args) + ledger, root, env))
+            runs[name].append(timed((with_args if name == "with" else plain_args) + ledger, root, env))
         for name, measured in runs.items():
             walls[name].append(min(seconds for seconds, _ in measured))
             cpus[name].append(min(cpu for _, cpu in measured))
@@ -114,8 +91,14 @@ def instructions(args: list[str], cwd: Path, env: dict) -> int:
     if shutil.which("valgrind") is None:
         raise SystemExit("plugin_overhead.py: --instructions needs valgrind on PATH")
     done = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
-        + [sys.executable, "-m", "pytest", *args],
+        [
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--cachegrind-out-file=/dev/null",
+            *PYTEST,
+            *args,
+        ],
         cwd=cwd,
         env={**env, "PYTHONHASHSEED": "0"},
         check=True,

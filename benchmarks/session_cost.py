@@ -16,28 +16,19 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-PYTEST = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_one.py"]
-
-
-def timed(args: list[str], cwd: Path, env: dict) -> tuple[float, float]:
-    """(wall, CPU) seconds of one pytest process."""
-    started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(PYTEST + args, cwd=cwd, env=env, check=True, capture_output=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.perf_counter() - started, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+from trivial import PYTEST, environment, suite, timed
 
 
 def imports(args: list[str], cwd: Path, env: dict) -> dict[str, int]:
     """Cumulative import time in microseconds of every top-level import of one run (``-X importtime``;
     ``-s`` keeps pytest from capturing what its plugins' imports print)."""
-    command = [sys.executable, "-X", "importtime", *PYTEST[1:], *args]
+    command = [sys.executable, "-X", "importtime", *PYTEST[1:], "-s", *args]
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     found = re.findall(r"^import time:\s+\d+ \|\s+(\d+) \| ( *)(\S+)$", done.stderr, re.MULTILINE)
     return {name: int(cumulative) for cumulative, depth, name in found if not depth}
@@ -62,11 +53,7 @@ def main() -> None:
     parser.add_argument("--platforms", default="cpu,cuda")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
-        root = Path(directory) / "suite"
-        root.mkdir()
-        (root / "test_one.py").write_text("def test_one():\n    pass\n")
-        (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as plugin_overhead
+        root, env = suite(Path(directory), 1), environment()
         plain = ["-p", "no:harness"]
         versions = subprocess.run([*PYTEST[:3], "-VV"], cwd=root, env=env, capture_output=True, text=True)
         print("pytest and its plugins here:", " ".join(versions.stdout.split()))

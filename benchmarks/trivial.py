@@ -1,0 +1,41 @@
+"""The suite of trivial tests the overhead benchmarks run (plugin_overhead, session_cost, per_test_profile),
+the environment they run it in, and a timed pytest process."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FILE = "test_trivial.py"
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", FILE]  # no cache: runs stay alike
+
+
+def suite(directory: Path, tests: int) -> Path:
+    """``directory/suite``: ``tests`` empty tests and a pyproject that is pytest's alone. The suite has a
+    directory of its own because pytest lists the directory it collects from: 30 ledger directories there
+    cost every later run, plain or not, 0.35 % more instructions."""
+    root = directory / "suite"
+    root.mkdir()
+    (root / FILE).write_text("".join(f"def test_{n}():\n    pass\n\n\n" for n in range(tests)))
+    (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    return root
+
+
+def environment() -> dict[str, str]:
+    """This process's environment (its platform, or ``HARNESS_PLATFORM``), bytecode cached as for any
+    installed package: with ``PYTHONDONTWRITEBYTECODE=1`` (set on some machines) every run compiled the
+    harness's modules from source, which plain pytest's precompiled modules never pay."""
+    return {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+
+
+def timed(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one ``PYTEST`` process with ``args``; CPU (user + system) moves less with the
+    host's load."""
+    started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(PYTEST + args, cwd=cwd, env=env, check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter() - started, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
