@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from harness.errors import HarnessError
+from harness.ledger.writer import NOTABLE
 
 if TYPE_CHECKING:  # the shapes are for type checkers here: a session that only writes never defines them
     from harness.ledger.records import Finding, Record, Sample, TestResult, WorkerInfo
@@ -88,7 +89,7 @@ def quiet(directory: str | os.PathLike) -> bool:
     serial session the process itself is alive to ask). Told from the bytes without parsing a line, so the
     summary of thousands of trivial tests does not read them all back; a line in another spelling than the
     writer's goes unseen here only, never in ``read``."""
-    markers = [_line_start(name) for name in ("runner-start", "finding", "crash")]
+    markers = [_line_start(name) for name in NOTABLE]
     for path in sorted(Path(directory).rglob("*.jsonl")):
         data = _contents(path)
         if any(marker in data for marker in markers):

@@ -13,12 +13,14 @@ import os
 import threading
 import time
 import weakref
+from json.encoder import (
+    encode_basestring_ascii as _quoted,
+)  # what the encoder makes of a str, called directly
 from pathlib import Path
 from typing import Any
 
-from harness.ledger.reader import events
-
 _ENCODER = json.JSONEncoder(default=str)  # one encoder for every event: json.dumps builds one per call
+NOTABLE = ("runner-start", "finding", "crash")  # the events a session's summary accounts for
 
 
 class LedgerWriter:
@@ -30,6 +32,8 @@ class LedgerWriter:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()  # the memory sampler writes from its own thread
+        self.notable = False  # whether this writer wrote a NOTABLE event
+        self._announced: tuple[str | None, str] = (None, "null")  # the last test line's ``next``, and as JSON
         self._open(worker)
         # a test that forks (vLLM's fork_new_process_for_each_test) records in the child too: no write is
         # half done at the fork, and the child appends to a file and id series of its own
@@ -59,9 +63,10 @@ class LedgerWriter:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
         # unbuffered: each event is one system call, and nothing is lost with the process
         self._file = open(os.open(self.path, flags, 0o644), "ab", buffering=0)  # noqa: SIM115
-        if os.fstat(self._file.fileno()).st_size and not _ends_a_line(self.path):
+        inherited = os.fstat(self._file.fileno()).st_size > 0  # a predecessor's (a restarted xdist worker)
+        if inherited and not _ends_a_line(self.path):
             self._write(b"\n")  # a predecessor killed mid-line: keep our first event off its torn line
-        self._ids = itertools.count(self._next_id_number())
+        self._ids = itertools.count(self._next_id_number() if inherited else 1)
 
     def _forked(self) -> None:
         """In a forked child: a fresh lock (the parent's is held), ``<worker>.<pid>.jsonl`` and its ids."""
@@ -73,6 +78,8 @@ class LedgerWriter:
 
     def _next_id_number(self) -> int:
         """A restarted xdist worker appends to its predecessor's file: keep runner ids unique."""
+        from harness.ledger.reader import events  # only then: a new file has nothing to read back
+
         return 1 + sum(1 for r in events(self.path) if r.get("event") == "runner-start")
 
     def new_id(self) -> str:
@@ -87,6 +94,8 @@ class LedgerWriter:
         """
         record = {"event": event, "t": time.time(), **fields}  # "event" first: readers may skip by it
         line = (_ENCODER.encode(record) + "\n").encode()
+        if event in NOTABLE:  # only ever set: the sampler's thread writes too
+            self.notable = True
         with self._lock:
             self._write(line)
             if sync:
@@ -105,15 +114,20 @@ class LedgerWriter:
         """The ``test`` event, which every test writes (unsynced): the same line ``write`` gives, formatted
         here, since the JSON encoder's set-up for each call was most of a trivial test's cost. Its time and
         the phases' durations (None for a phase that did not run) are kept to the millisecond: the shortest
-        repr of the time alone cost a third of the line.
+        repr of the time alone cost a third of the line. The test a line announces is mostly the next line's
+        own: its JSON is kept for it.
         """
+        known, quoted = self._announced
+        if nodeid is not known:
+            quoted = _quoted(nodeid)
+        then = "null" if following is None else _quoted(following)
+        self._announced = (following, then)
         setup = "null" if setup_s is None else f"{setup_s:.3f}"
         call = "null" if call_s is None else f"{call_s:.3f}"
         teardown = "null" if teardown_s is None else f"{teardown_s:.3f}"
         line = (
-            f'{{"event": "test", "t": {time.time():.3f}, "nodeid": {_ENCODER.encode(nodeid)}, '
-            f'"outcome": "{outcome}", "setup_s": {setup}, "call_s": {call}, "teardown_s": {teardown}, '
-            f'"next": {"null" if following is None else _ENCODER.encode(following)}}}\n'
+            f'{{"event": "test", "t": {time.time():.3f}, "nodeid": {quoted}, "outcome": "{outcome}", '
+            f'"setup_s": {setup}, "call_s": {call}, "teardown_s": {teardown}, "next": {then}}}\n'
         )
         with self._lock:
             self._write(line.encode())

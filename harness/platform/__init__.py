@@ -16,10 +16,8 @@ from types import ModuleType
 from typing import NamedTuple
 
 from harness.errors import PlatformError
-from harness.platform.amd import AmdPlatform
 from harness.platform.base import Device, MemoryReading, Platform
 from harness.platform.host import HostPlatform
-from harness.platform.nvidia import NvidiaPlatform
 
 __all__ = ["Detection", "Device", "MemoryReading", "Platform", "detect", "PLATFORMS"]
 
@@ -68,6 +66,8 @@ def detect(env: Mapping[str, str] = os.environ) -> Detection:
         if count:
             how = "HARNESS_PLATFORM=cuda" if forced else "NVML answered"
             driver = nvml.nvmlSystemGetDriverVersion()
+            from harness.platform.nvidia import NvidiaPlatform  # each backend where its library answers
+
             return Detection(NvidiaPlatform(nvml, env), f"{how}: {count} GPU(s), driver {driver} ({said})")
         why.append(said if nvml is None else f"{said}: NVML reports no GPU")
         if forced:
@@ -78,6 +78,8 @@ def detect(env: Mapping[str, str] = os.environ) -> Detection:
     )
     if count:
         how = "HARNESS_PLATFORM=rocm" if forced else "amdsmi answered"
+        from harness.platform.amd import AmdPlatform
+
         return Detection(AmdPlatform(amdsmi, env), f"{how}: {count} GPU(s) ({said})")
     why.append(said if amdsmi is None else f"{said}: amdsmi reports no GPU")
     if forced:

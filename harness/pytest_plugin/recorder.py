@@ -19,10 +19,8 @@ import pytest
 
 from harness import ledger
 from harness.pytest_plugin import order, timeouts
-from harness.pytest_plugin.membership import Membership
 from harness.pytest_plugin.workers import is_controller, process_context, worker_event, worker_id
-from harness.runners import HfRunner, VllmRunner
-from harness.tracking import patches, starts
+from harness.tracking import patches
 from harness.tracking.attribution import CHILD
 from harness.tracking.sampler import MemorySampler
 
@@ -54,6 +52,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # a pytest run inside a test records as itself, or not at all; the outer session's comes back after it
     config.stash[_OUTER_CHILD] = os.environ.pop(CHILD, None)
     if config.getoption("harness_phases"):  # harness run's one collection: it records nothing
+        from harness.pytest_plugin.membership import Membership
+
         config.pluginmanager.register(Membership(Path(config.getoption("harness_phases"))), "harness-phases")
         return
     if config.getoption("no_harness"):
@@ -185,7 +185,8 @@ class _Recorder:
 
     def __init__(self, config: pytest.Config, writer: ledger.LedgerWriter):
         self.config, self.writer = config, writer
-        self.owner = process_context(config).owner  # this session's, fixed for its life
+        self.context = process_context(config)  # this session's, fixed for its life
+        self.owner = self.context.owner
         self.nodeid = ""  # the running test's, read once (pytest 9 builds the string on each access)
         self.setup: Report = None  # its setup and call reports, None until logged
         self.call: Report = None
@@ -226,7 +227,10 @@ class _Recorder:
             self._finish(report)
 
     def _finish(self, teardown: pytest.TestReport) -> None:
-        starts.check_released()  # runners this test (or a fixture torn down with it) stopped
+        if self.context.unchecked:  # runners this test (or a fixture torn down with it) stopped
+            from harness.tracking.starts import check_released  # loaded by then: the runs are its
+
+            check_released()
         setup, call = self.setup, self.call
         self.writer.test(
             self.nodeid,
@@ -273,8 +277,9 @@ def _timed_out(report: pytest.TestReport) -> bool:
 
 def _outcome(setup: Report, call: Report, teardown: pytest.TestReport) -> str:
     """One word for the test, from its phases' reports."""
-    if call is not None and call.passed and teardown.passed:
-        return "passed"  # the common case, decided first (a call runs only after its setup passed)
+    if call is not None and call.outcome == "passed" and teardown.outcome == "passed":
+        return "passed"  # the common case, decided first (a call runs only after its setup passed; the
+        # outcome is read, not the report's ``passed`` property: a call less, every test)
     if setup is not None and setup.failed:
         return "error"
     if (setup is not None and setup.skipped) or (call is not None and call.skipped):
@@ -291,6 +296,8 @@ def pytest_fixture_setup(fixturedef, request):
     """Attribute runners built during a fixture's setup to it, and hold fixtures that grew memory."""
     if not _enabled(request.config) or process_context(request.config).writer is None:
         return (yield)
+    from harness.tracking import starts  # at the first fixture, not in a session that sets up none
+
     with starts.fixture_setup(("fixture", id(fixturedef)), fixturedef.argname, fixturedef.scope):
         return (yield)
 
@@ -304,19 +311,23 @@ def pytest_fixture_post_finalizer(fixturedef, request) -> None:
 def vllm_runner():
     """The ``VllmRunner`` class, session-scoped as in vLLM's conftest, so class- and module-scoped engine
     fixtures can build from it."""
+    from harness.runners import VllmRunner  # where a test asks for it: a session that builds none skips it
+
     return VllmRunner
 
 
 @pytest.fixture(scope="session")
 def hf_runner():
     """The ``HfRunner`` class, session-scoped as in vLLM's conftest."""
+    from harness.runners import HfRunner
+
     return HfRunner
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     if not _enabled(config) or hasattr(config, "workerinput"):
         return
-    if ledger.quiet(config.stash[_DIR]):
+    if _alone_and_quiet(config) or ledger.quiet(config.stash[_DIR]):
         return  # the common case, told without reading every test's events back
     since = config.stash[_STARTED]
     merged = ledger.read(config.stash[_DIR])
@@ -353,6 +364,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         terminalreporter.write_sep("-", f"harness: {len(findings)} findings")
         for finding in findings:
             write(f"  {finding['type']}: {finding['message']}")
+
+
+def _alone_and_quiet(config: pytest.Config) -> bool:
+    """Whether this process's writer wrote nothing to account for and no other process wrote beside it
+    (a forked or spawned child, the xdist controller): then nothing is read, not even the reader."""
+    writer = process_context(config).writer
+    return writer is not None and not writer.notable and os.listdir(config.stash[_DIR]) == [writer.path.name]
 
 
 def _by_kind(records: list[Record]) -> str:

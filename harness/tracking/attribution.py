@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from harness.ledger.owner import Owner
-from harness.ledger.reader import running_test
 
 # set by the plugin for its session: the ledger and worker a process a test spawns records under (vLLM's
 # spawn_new_process_for_each_test runs the test body in a fresh interpreter that no plugin configures); the
@@ -67,6 +66,8 @@ class Attribution:
     def adopt(self, value: str) -> str:
         """In a spawned process: own what starts here as the test its parent is running; returns the
         ledger."""
+        from harness.ledger.reader import running_test  # a spawned process reads its parent's ledger
+
         found = json.loads(value)
         self.worker = found["worker"]
         self._test = running_test(Path(found["ledger"]) / f"{self.worker}.jsonl")

@@ -33,18 +33,18 @@ class Context:
     owner: Attribution = field(default_factory=Attribution)
     writer: LedgerWriter | None = None  # None: not recording
     pool: Any = None  # harness.tracking.reuse.Pool when engine reuse is on (it builds on this module)
-    _stopped: list[Any] = field(default_factory=list)  # stopped runs whose release is not checked yet
+    unchecked: list[Any] = field(default_factory=list)  # stopped runs whose release is not checked yet
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def stopped(self, run: Any) -> None:
         with self._lock:
-            self._stopped.append(run)
+            self.unchecked.append(run)
 
     def take_stopped(self) -> list[Any]:
-        if not self._stopped:  # after every test, nearly always empty: no lock for that
+        if not self.unchecked:  # nearly always empty: no lock for that
             return []
         with self._lock:
-            runs, self._stopped = self._stopped, []
+            runs, self.unchecked = self.unchecked, []
         return runs
 
 

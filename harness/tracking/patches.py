@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from harness.tracking.context import current
-from harness.tracking.starts import normalise, starting
-from harness.tracking.vllm_engine import state, watch_engine
 
 VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature cannot be read
 
 
 def _patch_vllm(module) -> None:
+    from harness.tracking.starts import normalise, starting  # when the suite imports vLLM, not before
+    from harness.tracking.vllm_engine import state, watch_engine
+
     cls = module.LLM
     original = cls.__init__
     if getattr(original, "__harness__", False):
@@ -57,6 +58,8 @@ def _patch_vllm(module) -> None:
 
 
 def _patch_transformers(module) -> None:
+    from harness.tracking.starts import normalise, starting
+
     cls = module.PreTrainedModel
     original = cls.from_pretrained.__func__
     if getattr(original, "__harness__", False):
@@ -79,6 +82,8 @@ def _patch_transformers(module) -> None:
 
 
 def _patch_sentence_transformers(module) -> None:
+    from harness.tracking.starts import normalise, starting
+
     cls = module.SentenceTransformer
     original = cls.__init__
     if getattr(original, "__harness__", False):

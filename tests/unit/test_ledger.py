@@ -91,6 +91,65 @@ def test_a_session_stopped_by_x_reports_no_crash_in_the_test_it_never_ran(pytest
     assert ledger.unfinished(pytester.path / "led") == [] and read.findings == []
 
 
+LOADED = """
+import sys
+from pathlib import Path
+
+def pytest_unconfigure(config):
+    Path("loaded.txt").write_text("\\n".join(sorted(m for m in sys.modules if m.startswith("harness."))))
+"""
+
+
+def test_a_session_that_starts_no_runner_loads_only_what_it_writes_with(pytester, monkeypatch):
+    """What a session that builds no runner pays for (benchmarks/session_cost.py): not the reader (its
+    summary is told from its own writer), the runners, the recording path or the GPU backends."""
+    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
+    pytester.makeconftest(LOADED)
+    pytester.makepyfile(test_x="def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--harness", "--harness-ledger-dir", "led"
+    )
+    assert result.ret == 0
+    loaded = set((pytester.path / "loaded.txt").read_text().split())
+    assert {"harness.ledger.writer", "harness.pytest_plugin.recorder"} <= loaded
+    unused = {
+        "harness.ledger.reader",
+        "harness.runners",
+        "harness.tracking.starts",
+        "harness.memory.waits",
+        "harness.platform.nvidia",
+        "harness.platform.amd",
+        "harness.pytest_plugin.membership",
+    }
+    assert loaded & unused == set()
+    assert [t["outcome"] for t in ledger.read(pytester.path / "led").tests] == ["passed", "passed"]
+
+
+FORKED_START = """
+import os
+
+from harness.tracking.starts import starting
+
+
+def test_forks():
+    pid = os.fork()
+    if pid == 0:  # the child records into main.<pid>.jsonl; the parent's own writer writes no start
+        with starting("hf", "child-model", {}):
+            pass
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+"""
+
+
+def test_the_summary_counts_a_start_only_a_forked_child_wrote(pytester, monkeypatch):
+    """The summary skips reading the ledger only when this process's writer is the directory's one file."""
+    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
+    pytester.makepyfile(test_x=FORKED_START)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--harness")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*1 runner starts (hf 1)*", "*test_x.py: 1 (hf 1)*"])
+
+
 FLAKY = """
 import pytest
 
