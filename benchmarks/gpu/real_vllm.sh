@@ -11,7 +11,7 @@
 #                       suite, every GPU                                                             ~5 min
 #   real_vllm.sh part5  (f) its reuse-on runs, without and with history, and its table            ~4 min
 #   real_vllm.sh part6  (g) benchmarks/plugin_overhead.py on this host's CPU, as the cpu and cuda
-#                       platforms                                                                   ~2 min
+#                       platforms, ROUNDS rounds each (default 9)                          ~2 min (15: ~7)
 #   real_vllm.sh part7  (c') (c)'s embedding module shape alone with the harness: the seconds from its
 #                       blocked start to the error, read from the ledger                            ~1 min
 # Each part installs the project from this tree first. Every step runs under `timeout`, cut to what is
@@ -174,7 +174,7 @@ part6() {
   for platform in cpu cuda; do
     step "(g) benchmarks/plugin_overhead.py, HARNESS_PLATFORM=$platform"
     figure "plugin_overhead.py as the $platform platform:"
-    HARNESS_PLATFORM=$platform bounded 200 python3 benchmarks/plugin_overhead.py --rounds 9 |
+    HARNESS_PLATFORM=$platform bounded 240 python3 benchmarks/plugin_overhead.py --rounds "${ROUNDS:-9}" |
       tee -a "$OUT/figures.txt"
   done
 }
