@@ -114,17 +114,18 @@ class LedgerWriter:
         """The ``test`` event, which every test writes (unsynced): the same line ``write`` gives, formatted
         here, since the JSON encoder's set-up for each call was most of a trivial test's cost. Its time and
         the phases' durations (None for a phase that did not run) are kept to the millisecond: the shortest
-        repr of the time alone cost a third of the line. The test a line announces is mostly the next line's
-        own: its JSON is kept for it.
+        repr of the time alone cost a third of the line, and a phase under half a millisecond (most phases of
+        most tests) is written as the ``0.000`` that formatting would give it, unformatted. The test a line
+        announces is mostly the next line's own: its JSON is kept for it.
         """
         known, quoted = self._announced
         if nodeid is not known:
             quoted = _quoted(nodeid)
         then = "null" if following is None else _quoted(following)
         self._announced = (following, then)
-        setup = "null" if setup_s is None else f"{setup_s:.3f}"
-        call = "null" if call_s is None else f"{call_s:.3f}"
-        teardown = "null" if teardown_s is None else f"{teardown_s:.3f}"
+        setup = "null" if setup_s is None else "0.000" if setup_s < 0.0005 else f"{setup_s:.3f}"
+        call = "null" if call_s is None else "0.000" if call_s < 0.0005 else f"{call_s:.3f}"
+        teardown = "null" if teardown_s is None else "0.000" if teardown_s < 0.0005 else f"{teardown_s:.3f}"
         line = (
             f'{{"event": "test", "t": {time.time():.3f}, "nodeid": {quoted}, "outcome": "{outcome}", '
             f'"setup_s": {setup}, "call_s": {call}, "teardown_s": {teardown}, "next": {then}}}\n'

@@ -36,6 +36,7 @@ def test_events_are_json_lines_per_worker(tmp_path):
         ("t.py::test_x[a-b]", (0.0004, 1.23456, 0.0), "t.py::test_y"),
         ('t.py::test_q["quote\\back\tslash"]', (0.5, None, None), None),
         ("t.py::test_unicode[café-√]", (None, None, 2.0), "t.py::test_ü"),
+        ("t.py::test_half_a_millisecond", (0.00049999, 0.0005, 0.0005001), "t.py::test_z"),
     ],
 )
 def test_the_test_line_reads_back_as_the_general_writers_own(tmp_path, nodeid, seconds, following):
@@ -57,6 +58,19 @@ def test_the_test_line_reads_back_as_the_general_writers_own(tmp_path, nodeid, s
     assert abs(read[0].pop("t") - read[1].pop("t")) < 1
     assert read[0] == read[1]
     assert list(read[0]) == list(read[1])  # "event" first, as readers that skip by it expect
+
+
+def test_a_test_line_names_its_own_test_after_one_that_announced_another(tmp_path):
+    """The JSON of the announced id is kept for the next line: only when that line is the announced test's."""
+    writer = ledger.LedgerWriter(tmp_path, worker="main")
+    announced = "t.py::test_b"
+    writer.test("t.py::test_a", "passed", 0.0, 0.0, 0.0, announced)
+    writer.test(announced, "passed", 0.0, 0.0, 0.0, "t.py::test_c")
+    writer.test("t.py::test_d", "failed", 0.0, 0.0, 0.0, None)  # not the announced test_c
+    lines = [json.loads(line) for line in (tmp_path / "main.jsonl").read_text().splitlines()]
+    assert [(e["nodeid"], e["next"]) for e in lines] == [
+        ("t.py::test_a", "t.py::test_b"), ("t.py::test_b", "t.py::test_c"), ("t.py::test_d", None)
+    ]  # fmt: skip
 
 
 def test_worker_comes_from_the_session_not_an_inherited_variable(pytester, monkeypatch):
