@@ -5,6 +5,7 @@
 # Prints each variant's median wall and CPU (user + system) seconds over ROUNDS rounds (default 7).
 #   benchmarks/gpu/overhead_split.sh   (after `source benchmarks/gpu/env.sh` and the project installed)
 set -euo pipefail
+unset PYTHONDONTWRITEBYTECODE # bytecode cached as for any installed package (as benchmarks/trivial.py does)
 rounds=${ROUNDS:-7}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
