@@ -13,14 +13,15 @@ import os
 import threading
 import time
 import weakref
-from json.encoder import (
-    encode_basestring_ascii as _quoted,
-)  # what the encoder makes of a str, called directly
+
+# what the encoder makes of a str, called directly
+from json.encoder import encode_basestring_ascii as _quoted
 from pathlib import Path
 from typing import Any
 
+from harness.ledger.notable import NOTABLE
+
 _ENCODER = json.JSONEncoder(default=str)  # one encoder for every event: json.dumps builds one per call
-NOTABLE = ("runner-start", "finding", "crash")  # the events a session's summary accounts for
 
 
 class LedgerWriter:
@@ -137,6 +138,12 @@ class LedgerWriter:
         written = self._file.write(data)
         if written < len(data):  # a regular file takes it whole; a short write goes on where it stopped
             self._write(data[written:])
+
+    def alone_and_quiet(self) -> bool:
+        """Whether this writer wrote no NOTABLE event and its file is its directory's only one (no forked
+        or spawned child, no xdist controller wrote beside it): then the directory holds nothing to
+        account for, told without reading it."""
+        return not self.notable and os.listdir(self.directory) == [self.path.name]
 
     def close(self) -> None:
         self._file.close()

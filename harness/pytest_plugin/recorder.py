@@ -327,7 +327,8 @@ def hf_runner():
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     if not _enabled(config) or hasattr(config, "workerinput"):
         return
-    if _alone_and_quiet(config) or ledger.quiet(config.stash[_DIR]):
+    writer = process_context(config).writer
+    if (writer is not None and writer.alone_and_quiet()) or ledger.quiet(config.stash[_DIR]):
         return  # the common case, told without reading every test's events back
     since = config.stash[_STARTED]
     merged = ledger.read(config.stash[_DIR])
@@ -364,13 +365,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         terminalreporter.write_sep("-", f"harness: {len(findings)} findings")
         for finding in findings:
             write(f"  {finding['type']}: {finding['message']}")
-
-
-def _alone_and_quiet(config: pytest.Config) -> bool:
-    """Whether this process's writer wrote nothing to account for and no other process wrote beside it
-    (a forked or spawned child, the xdist controller): then nothing is read, not even the reader."""
-    writer = process_context(config).writer
-    return writer is not None and not writer.notable and os.listdir(config.stash[_DIR]) == [writer.path.name]
 
 
 def _by_kind(records: list[Record]) -> str:
