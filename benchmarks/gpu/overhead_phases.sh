@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The plugin-overhead gap on the GPU host, by stretch of a session: installs this tree into PROJECT_SITE,
+# says what the host's pytest loads and what its Python start costs, then runs benchmarks/session_phases.py
+# (plain, the cpu platform, the cuda platform; ROUNDS rounds, default 9). Output on stdout and in
+# $OUT/phases.txt when OUT is set.
+#   benchmarks/gpu/overhead_phases.sh   (on the device machine, from the repository root)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=/dev/null
+source "$here/env.sh"
+unset PYTHONDONTWRITEBYTECODE
+cd "$here/../.." || exit 2
+out=${OUT:-/tmp}/phases.txt
+{
+  rm -rf "${PROJECT_SITE:?}"
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$PROJECT_SITE" . ||
+    exit 1
+  echo "== $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null) $(nproc) cores"
+  python3 -m pytest -VV 2>&1 | tr '\n' ' ' && echo
+  for code in "pass" "import numpy" "import pynvml; pynvml.nvmlInit()"; do
+    /usr/bin/time -f "python3 -c '$code': %e s wall, %U+%S s CPU" python3 -c "$code" 2>&1 | tail -1
+  done
+  python3 benchmarks/session_phases.py --rounds "${ROUNDS:-9}" --platforms cpu,cuda
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python3 benchmarks/session_phases.py --rounds "${ROUNDS:-9}" \
+    --platforms cuda | sed 's/^2000 trivial tests/with OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1: 2000 trivial tests/'
+} 2>&1 | tee "$out"

@@ -1,0 +1,52 @@
+"""A pytest plugin for benchmarks/session_phases.py: the wall-clock moments a session passes, written as
+one JSON line to ``$PHASE_CLOCK_FILE`` at exit. Loaded with ``-p phase_clock`` on both sides of a
+comparison, so its own cost is alike on both."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import time
+
+import pytest
+
+MARKS: dict[str, float] = {"loaded": time.time()}
+THREADS: dict[str, int] = {}
+
+
+def _threads() -> int:
+    """The process's threads, the native ones (a library's pool) included."""
+    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    MARKS["configured"] = time.time()
+    THREADS["configured"] = _threads()
+    config.add_cleanup(lambda: MARKS.setdefault("cleaned", time.time()))  # after every unconfigure hook
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish() -> None:
+    MARKS["collected"] = time.time()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol() -> None:
+    MARKS.setdefault("first", time.time())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logfinish() -> None:
+    MARKS["last"] = time.time()
+
+
+@atexit.register  # registered first, so it runs after every later atexit handler
+def _write() -> None:
+    MARKS["exiting"] = time.time()
+    THREADS["exiting"] = _threads()
+    path = os.environ.get("PHASE_CLOCK_FILE")
+    if path:
+        with open(path, "a") as file:
+            file.write(json.dumps({"marks": MARKS, "threads": THREADS}) + "\n")

@@ -1,0 +1,92 @@
+"""Where the wall of 2000 trivial tests goes, plain pytest against the harness on each platform: the
+median seconds of each stretch of a session, so a side that is slower shows in which stretch.
+
+    python benchmarks/session_phases.py [--tests 2000] [--rounds 9] [--platforms cpu,cuda]
+
+Every run loads benchmarks/phase_clock.py (``-p phase_clock``), which notes when the interpreter reached
+it, when pytest was configured, the tests collected, the first test started, the last one ended, the
+session cleaned up and the process reached its last atexit handler; this script notes when it started the
+process and when the process was gone. The variants run in turn within a round (the order rotating each
+round), each in a fresh process with a fresh ledger. Printed: each variant's median seconds per stretch,
+its median wall and CPU seconds, and the threads the process had when configured and when exiting (a
+native library's thread pool shows there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from trivial import PYTEST, environment, suite
+
+STRETCHES = (  # (name, from mark, to mark)
+    ("start", "spawned", "loaded"),
+    ("configure", "loaded", "configured"),
+    ("collect", "configured", "collected"),
+    ("to-first", "collected", "first"),
+    ("tests", "first", "last"),
+    ("finish", "last", "cleaned"),
+    ("atexit", "cleaned", "exiting"),
+    ("exit", "exiting", "gone"),
+)
+
+
+def run(args: list[str], root: Path, env: dict, clock: Path) -> dict:
+    """One session's marks (seconds since the epoch), its CPU seconds and its threads."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spawned = time.time()
+    subprocess.run([*PYTEST, "-p", "phase_clock", *args], cwd=root, env=env, check=True, capture_output=True)
+    gone = time.time()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    lines = clock.read_text().splitlines()
+    clock.unlink()
+    noted = json.loads(lines[-1])
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return {"marks": {**noted["marks"], "spawned": spawned, "gone": gone}, "cpu": cpu, "threads": noted["threads"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--platforms", default="cpu,cuda", help="HARNESS_PLATFORM of each harness variant")
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        root = suite(Path(directory), options.tests)
+        clock = Path(directory) / "clock.jsonl"
+        env = {**environment(), "PHASE_CLOCK_FILE": str(clock)}
+        env["PYTHONPATH"] = ":".join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")]))
+        variants = {"plain": (["-p", "no:harness"], {})}
+        for platform in options.platforms.split(","):
+            variants[platform] = (["--harness"], {"HARNESS_PLATFORM": platform})
+        ledgers = Path(directory) / "ledgers"
+        runs: dict[str, list[dict]] = {name: [] for name in variants}
+        for round_ in range(options.rounds + 1):  # round 0 warms caches and bytecode and is not counted
+            names = list(variants)
+            names = names[round_ % len(names) :] + names[: round_ % len(names)]
+            for name in names:
+                args, extra = variants[name]
+                ledger = [f"--harness-ledger-dir={ledgers / f'{name}{round_}'}"] if name != "plain" else []
+                done = run(args + ledger, root, {**env, **extra}, clock)
+                if round_:
+                    runs[name].append(done)
+        print(f"{options.tests} trivial tests, median seconds of {options.rounds} rounds:")
+        print(f"{'':10}" + "".join(f"{name:>10}" for name, _, _ in STRETCHES) + f"{'wall':>8}{'CPU':>7}  threads")
+        for name, done in runs.items():
+            stretches = [
+                statistics.median(d["marks"][end] - d["marks"][begin] for d in done) for _, begin, end in STRETCHES
+            ]
+            wall = statistics.median(d["marks"]["gone"] - d["marks"]["spawned"] for d in done)
+            cpu = statistics.median(d["cpu"] for d in done)
+            threads = "/".join(str(done[-1]["threads"].get(k, "?")) for k in ("configured", "exiting"))
+            print(f"{name:10}" + "".join(f"{s:10.3f}" for s in stretches) + f"{wall:8.2f}{cpu:7.2f}  {threads}")
+
+
+if __name__ == "__main__":
+    main()
