@@ -1,10 +1,12 @@
 """A pytest plugin for benchmarks/session_phases.py: the wall-clock moments a session passes, written as
-one JSON line to ``$PHASE_CLOCK_FILE`` at exit. Loaded with ``-p phase_clock`` on both sides of a
+one JSON line to ``$PHASE_CLOCK_FILE`` at exit, with the threads it had and the cyclic garbage collector's
+passes and seconds. Loaded with ``-p phase_clock`` on both sides of a
 comparison, so its own cost is alike on both."""
 
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import time
@@ -13,6 +15,18 @@ import pytest
 
 MARKS: dict[str, float] = {"loaded": time.time()}
 THREADS: dict[str, int] = {}
+GC = {"collections": [0, 0, 0], "seconds": 0.0, "began": 0.0}  # the cyclic collector's passes and their time
+
+
+def _collecting(phase: str, info: dict) -> None:
+    if phase == "start":
+        GC["began"] = time.perf_counter()
+        return
+    GC["collections"][info["generation"]] += 1
+    GC["seconds"] += time.perf_counter() - GC["began"]
+
+
+gc.callbacks.append(_collecting)
 
 
 def _threads() -> int:
@@ -49,4 +63,4 @@ def _write() -> None:
     path = os.environ.get("PHASE_CLOCK_FILE")
     if path:
         with open(path, "a") as file:
-            file.write(json.dumps({"marks": MARKS, "threads": THREADS}) + "\n")
+            file.write(json.dumps({"marks": MARKS, "threads": THREADS, "gc": GC}) + "\n")

@@ -8,8 +8,9 @@ it, when pytest was configured, the tests collected, the first test started, the
 session cleaned up and the process reached its last atexit handler; this script notes when it started the
 process and when the process was gone. The variants run in turn within a round (the order rotating each
 round), each in a fresh process with a fresh ledger. Printed: each variant's median seconds per stretch,
-its median wall and CPU seconds, and the threads the process had when configured and when exiting (a
-native library's thread pool shows there).
+its median wall, user and system CPU seconds and minor page faults (memory the kernel had to hand it),
+the garbage collector's seconds and full passes, and the threads the process had when configured and
+when exiting (a native library's thread pool shows there).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ STRETCHES = (  # (name, from mark, to mark)
 
 
 def run(args: list[str], root: Path, env: dict, clock: Path) -> dict:
-    """One session's marks (seconds since the epoch), its CPU seconds and its threads."""
+    """One session's marks (seconds since the epoch), its user and system CPU seconds, its minor page faults
+    (memory the kernel had to hand it: dear on a virtual machine whose memory grows as it is used) and its
+    threads."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     spawned = time.time()
     subprocess.run([*PYTEST, "-p", "phase_clock", *args], cwd=root, env=env, check=True, capture_output=True)
@@ -47,8 +50,15 @@ def run(args: list[str], root: Path, env: dict, clock: Path) -> dict:
     lines = clock.read_text().splitlines()
     clock.unlink()
     noted = json.loads(lines[-1])
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return {"marks": {**noted["marks"], "spawned": spawned, "gone": gone}, "cpu": cpu, "threads": noted["threads"]}
+    return {
+        "marks": {**noted["marks"], "spawned": spawned, "gone": gone},
+        "user": after.ru_utime - before.ru_utime,
+        "system": after.ru_stime - before.ru_stime,
+        "faults": after.ru_minflt - before.ru_minflt,
+        "threads": noted["threads"],
+        "gc": noted["gc"]["seconds"],
+        "full": noted["gc"]["collections"][2],
+    }
 
 
 def main() -> None:
@@ -77,15 +87,26 @@ def main() -> None:
                 if round_:
                     runs[name].append(done)
         print(f"{options.tests} trivial tests, median seconds of {options.rounds} rounds:")
-        print(f"{'':10}" + "".join(f"{name:>10}" for name, _, _ in STRETCHES) + f"{'wall':>8}{'CPU':>7}  threads")
+        print(
+            f"{'':10}"
+            + "".join(f"{name:>10}" for name, _, _ in STRETCHES)
+            + f"{'wall':>8}{'user':>7}{'system':>7}{'faults':>8}{'gc s':>7}{'full':>5}  threads"
+        )
         for name, done in runs.items():
             stretches = [
-                statistics.median(d["marks"][end] - d["marks"][begin] for d in done) for _, begin, end in STRETCHES
+                statistics.median(d["marks"][end] - d["marks"][begin] for d in done)
+                for _, begin, end in STRETCHES
             ]
             wall = statistics.median(d["marks"]["gone"] - d["marks"]["spawned"] for d in done)
-            cpu = statistics.median(d["cpu"] for d in done)
+            user, system, faults, gc, full = (
+                statistics.median(d[key] for d in done) for key in ("user", "system", "faults", "gc", "full")
+            )
             threads = "/".join(str(done[-1]["threads"].get(k, "?")) for k in ("configured", "exiting"))
-            print(f"{name:10}" + "".join(f"{s:10.3f}" for s in stretches) + f"{wall:8.2f}{cpu:7.2f}  {threads}")
+            print(
+                f"{name:10}"
+                + "".join(f"{s:10.3f}" for s in stretches)
+                + f"{wall:8.2f}{user:7.2f}{system:7.2f}{faults:8.0f}{gc:7.3f}{full:5.0f}  {threads}"
+            )
 
 
 if __name__ == "__main__":
