@@ -22,5 +22,5 @@ out=${OUT:-/tmp}/phases.txt
   done
   python3 benchmarks/session_phases.py --rounds "${ROUNDS:-9}" --platforms cpu,cuda
   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python3 benchmarks/session_phases.py --rounds "${ROUNDS:-9}" \
-    --platforms cuda | sed 's/^2000 trivial tests/with OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1: 2000 trivial tests/'
+    --platforms cpu,cuda | sed 's/^2000 trivial tests/with OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1: 2000 trivial tests/'
 } 2>&1 | tee "$out"
