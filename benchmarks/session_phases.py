@@ -2,6 +2,11 @@
 median seconds of each stretch of a session, so a side that is slower shows in which stretch.
 
     python benchmarks/session_phases.py [--tests 2000] [--rounds 9] [--platforms cpu,cuda]
+        [--variant 'NAME=PLATFORM ARG...'...]
+
+A ``--variant`` is one more harness side with pytest arguments of its own, e.g.
+``'no-recorder=cuda -p no:harness-recorder'``: blocking one of the plugins the harness registers by name
+(``harness-recorder``, ``harness-timeouts``) shows what it costs.
 
 Every run loads benchmarks/phase_clock.py (``-p phase_clock``), which notes when the interpreter reached
 it, when pytest was configured, the tests collected, the first test started, the last one ended, the
@@ -66,6 +71,7 @@ def main() -> None:
     parser.add_argument("--tests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--platforms", default="cpu,cuda", help="HARNESS_PLATFORM of each harness variant")
+    parser.add_argument("--variant", action="append", default=[], help="NAME=PLATFORM ARG...: another side")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         root = suite(Path(directory), options.tests)
@@ -75,6 +81,10 @@ def main() -> None:
         variants = {"plain": (["-p", "no:harness"], {})}
         for platform in options.platforms.split(","):
             variants[platform] = (["--harness"], {"HARNESS_PLATFORM": platform})
+        for variant in options.variant:
+            name, _, rest = variant.partition("=")
+            platform, *args = rest.split()
+            variants[name] = (["--harness", *args], {"HARNESS_PLATFORM": platform})
         ledgers = Path(directory) / "ledgers"
         runs: dict[str, list[dict]] = {name: [] for name in variants}
         for round_ in range(options.rounds + 1):  # round 0 warms caches and bytecode and is not counted
@@ -88,7 +98,7 @@ def main() -> None:
                     runs[name].append(done)
         print(f"{options.tests} trivial tests, median seconds of {options.rounds} rounds:")
         print(
-            f"{'':10}"
+            f"{'':14}"
             + "".join(f"{name:>10}" for name, _, _ in STRETCHES)
             + f"{'wall':>8}{'user':>7}{'system':>7}{'faults':>8}{'gc s':>7}{'full':>5}  threads"
         )
@@ -103,7 +113,7 @@ def main() -> None:
             )
             threads = "/".join(str(done[-1]["threads"].get(k, "?")) for k in ("configured", "exiting"))
             print(
-                f"{name:10}"
+                f"{name:14}"
                 + "".join(f"{s:10.3f}" for s in stretches)
                 + f"{wall:8.2f}{user:7.2f}{system:7.2f}{faults:8.0f}{gc:7.3f}{full:5.0f}  {threads}"
             )

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The plugin-overhead gap on the GPU host, by stretch of a session: installs this tree into PROJECT_SITE,
 # says what the host's pytest loads and what its Python start costs, then runs benchmarks/session_phases.py
-# (plain, the cpu platform, the cuda platform; ROUNDS rounds, default 9). Output on stdout and in
-# $OUT/phases.txt when OUT is set.
-#   benchmarks/gpu/overhead_phases.sh   (on the device machine, from the repository root)
+# (plain, the cpu platform, the cuda platform; ROUNDS rounds, default 9), with the host's BLAS thread pool
+# and with one BLAS thread. Given arguments, it runs session_phases.py with those instead, one BLAS thread
+# only. Output on stdout and in $OUT/phases.txt when OUT is set.
+#   benchmarks/gpu/overhead_phases.sh [session_phases.py's arguments]   (on the device machine)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=/dev/null
@@ -20,6 +21,10 @@ out=${OUT:-/tmp}/phases.txt
   for code in "pass" "import numpy" "import pynvml; pynvml.nvmlInit()"; do
     /usr/bin/time -f "python3 -c '$code': %e s wall, %U+%S s CPU" python3 -c "$code" 2>&1 | tail -1
   done
+  if [ $# -gt 0 ]; then
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python3 benchmarks/session_phases.py "$@"
+    exit
+  fi
   python3 benchmarks/session_phases.py --rounds "${ROUNDS:-9}" --platforms cpu,cuda
   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python3 benchmarks/session_phases.py --rounds "${ROUNDS:-9}" \
     --platforms cpu,cuda | sed 's/^2000 trivial tests/with OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1: 2000 trivial tests/'
