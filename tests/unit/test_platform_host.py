@@ -60,11 +60,14 @@ def test_broken_meminfo_is_a_platform_error(tmp_path):
 
 def test_process_memory_is_the_resident_memory_of_live_pids():
     """A CPU engine's memory is its process's; a pid that has exited counts nothing."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    up = "import time; print('up', flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", up], stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout.readline() == "up\n"  # read mid-exec, its resident memory was still growing
         resident = HostPlatform().process_memory({child.pid})[0]
         assert 0 < resident == pytest.approx(psutil.Process(child.pid).memory_info().rss, rel=0.5)
     finally:
         child.kill()
         child.wait()
+        child.stdout.close()
     assert HostPlatform().process_memory({child.pid}) == {0: 0}
