@@ -19,7 +19,7 @@ def suite(directory: Path, tests: int) -> Path:
     directory of its own because pytest lists the directory it collects from: 30 ledger directories there
     cost every later run, plain or not, 0.35 % more instructions."""
     root = directory / "suite"
-    root.mkdir()
+    root.mkdir(parents=True)
     (root / FILE).write_text("".join(f"def test_{n}():\n    pass\n\n\n" for n in range(tests)))
     (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
     return root
