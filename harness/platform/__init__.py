@@ -1,7 +1,8 @@
 """Which platform this process runs on, and its backend.
 
 ``detect`` asks NVML, then amdsmi, and falls back to the host CPU, saying why in ``Detection.reason``.
-``HARNESS_PLATFORM`` forces the answer (CI agents where detection is ambiguous);
+``HARNESS_PLATFORM`` forces the answer (CI agents where detection is ambiguous, ``harness run``'s phases), and
+``detect_later`` then starts a GPU platform's library in a thread (``pending``);
 ``HARNESS_NVML_MODULE`` / ``HARNESS_AMDSMI_MODULE`` name the module to import in place of ``pynvml`` /
 ``amdsmi``, which is how tests put fakes in, also in xdist workers and pytester subprocesses.
 """
@@ -19,7 +20,7 @@ from harness.errors import PlatformError
 from harness.platform.base import Device, MemoryReading, Platform
 from harness.platform.host import HostPlatform
 
-__all__ = ["Detection", "Device", "MemoryReading", "Platform", "detect", "PLATFORMS"]
+__all__ = ["Detection", "Device", "MemoryReading", "Platform", "detect", "detect_later", "PLATFORMS"]
 
 PLATFORMS = ("cuda", "rocm", "cpu")
 
@@ -85,3 +86,22 @@ def detect(env: Mapping[str, str] = os.environ) -> Detection:
     if forced:
         raise PlatformError(f"HARNESS_PLATFORM=rocm but amdsmi does not answer ({why[-1]})")
     return Detection(HostPlatform(), "no GPU: " + "; ".join(why))
+
+
+def detect_later(env: Mapping[str, str] = os.environ) -> Platform:
+    """``detect(env).platform``; when ``HARNESS_PLATFORM`` names a GPU platform, a ``PendingPlatform`` whose
+    detection runs in a thread. Without the name, detection is what decides it, so it runs now."""
+    forced = env.get("HARNESS_PLATFORM", "")
+    if forced == "cuda":
+        from harness.platform.nvidia import NvidiaPlatform
+
+        mask_variable = NvidiaPlatform.mask_variable
+    elif forced == "rocm":
+        from harness.platform.amd import AmdPlatform
+
+        mask_variable = AmdPlatform.mask_variable
+    else:
+        return detect(env).platform
+    from harness.platform.pending import PendingPlatform
+
+    return PendingPlatform(forced, mask_variable, dict(env))

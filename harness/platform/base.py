@@ -44,6 +44,10 @@ class Platform(ABC):
     name: str  # "cuda" | "rocm" | "cpu"
     mask_variable: str | None  # the variable a worker sets to pin its device(s)
 
+    def ready(self) -> Platform:
+        """This platform with its devices listed: a ``PendingPlatform`` waits for its detection here."""
+        return self
+
     @abstractmethod
     def devices(self) -> list[Device]:
         """The visible devices, in visible order."""

@@ -79,7 +79,7 @@ def _ledger_dir(config: pytest.Config, settings: Settings) -> Path:
 
 
 def _record(config: pytest.Config, here: Context) -> None:
-    """This process's ledger, the runner patches, the test recorder, the reuse pool and the sampler."""
+    """This process's ledger, the runner patches, the test recorder and the reuse pool."""
     here.owner.worker = worker_id(config)
     here.writer = writer = ledger.LedgerWriter(config.stash[_DIR], worker=here.owner.worker)
     patches.install()
@@ -90,16 +90,6 @@ def _record(config: pytest.Config, here: Context) -> None:
 
         here.pool = reuse.Pool(writer, here.settings.reuse_engines)
         config.pluginmanager.register(_Reuse(here.pool), "harness-reuse")
-    writer.write(
-        "worker",
-        sync=False,  # the session's facts: a runner's events sync, and a host crash loses a session anyway
-        **worker_event(config),
-        phase=here.owner.phase,
-        **timeouts.worker_fields(config),
-    )
-    if here.settings.memory_sample_s > 0:
-        sampler = MemorySampler(writer, here.platform, here.settings.memory_sample_s)
-        config.stash[_SAMPLER] = sampler.start()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -195,6 +185,20 @@ class _Recorder:
         self.announced: Next = None  # announced by the last test event, not started yet
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The session's ``worker`` event, which every test event after it refers to, and the sampler.
+
+        Not at configure: a forced GPU platform lists its devices in a thread meanwhile (``detect_later``).
+        """
+        self.writer.write(
+            "worker",
+            sync=False,  # the session's facts: runner events sync, and a host crash loses a session anyway
+            **worker_event(self.config),
+            phase=self.owner.phase,
+            **timeouts.worker_fields(self.config),
+        )
+        if self.context.settings.memory_sample_s > 0:
+            sampler = MemorySampler(self.writer, self.context.platform, self.context.settings.memory_sample_s)
+            self.config.stash[_SAMPLER] = sampler.start()
         if not hasattr(self.config, "workerinput"):  # under xdist the controller lists them once
             self.writer.write("collected", sync=False, tests=[item.nodeid for item in session.items])
 

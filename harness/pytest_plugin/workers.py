@@ -23,6 +23,7 @@ import pytest
 
 from harness.config.pyproject import find_pyproject
 from harness.errors import HarnessError
+from harness.platform import Platform
 from harness.pytest_plugin.timeouts import default_timeout
 from harness.tracking import context
 from harness.tracking.context import Context
@@ -59,6 +60,15 @@ def process_context(config: pytest.Config) -> Context:
     return config.stash[_CONTEXT]
 
 
+def listed(config: pytest.Config) -> Platform:
+    """This session's platform with its devices listed. A forced GPU platform lists them in a thread
+    (``detect_later``), so what stops that listing (no NVML, a bad mask) is raised here, as a usage error."""
+    try:
+        return process_context(config).platform.ready()
+    except HarnessError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _CONTEXT in config.stash:
@@ -90,10 +100,10 @@ def mask_variables(platform_name: str, mask: str) -> dict[str, str]:
 
 def _worker_slots(config: pytest.Config) -> list[Slot]:
     """The slots workers are dealt from, each device repeated ``workers_per_gpu`` times (device-major)."""
-    platform = process_context(config).platform
-    if platform.mask_variable is None:
+    if process_context(config).platform.mask_variable is None:
         return []
-    return [slot for slot in slots(platform) for _ in range(process_context(config).settings.workers_per_gpu)]
+    per_gpu = process_context(config).settings.workers_per_gpu
+    return [slot for slot in slots(listed(config)) for _ in range(per_gpu)]
 
 
 def auto_workers(platform, settings, env=os.environ) -> int | None:
@@ -109,7 +119,7 @@ def auto_workers(platform, settings, env=os.environ) -> int | None:
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: see ``auto_workers``."""
-    return auto_workers(process_context(config).platform, process_context(config).settings)
+    return auto_workers(listed(config), process_context(config).settings)
 
 
 def is_controller(config: pytest.Config) -> bool:
@@ -217,7 +227,7 @@ def worker_event(config: pytest.Config) -> dict:
     pin = getattr(config, "workerinput", {}).get(PIN)
     if pin is not None:
         return {"worker": worker, "devices": [pin["uuid"]], "mask": pin["mask"], "pid": os.getpid()}
-    platform = process_context(config).platform
+    platform = listed(config)
     if platform.mask_variable is None:
         return {"worker": worker, "devices": ["cpu"], "mask": None, "pid": os.getpid()}
     return {
@@ -229,7 +239,7 @@ def worker_event(config: pytest.Config) -> dict:
 
 
 def _visible_gpus(config: pytest.Config) -> int:
-    platform = process_context(config).platform
+    platform = listed(config)
     return 0 if platform.mask_variable is None else len(platform.devices())
 
 
@@ -298,12 +308,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if count > visible:
             item.add_marker(pytest.mark.skip(reason=f"needs {count} GPUs, {visible} visible"))
         elif serial and count < visible:
-            platform = process_context(config).platform
+            platform = listed(config)
             mask = ",".join(slot.mask for slot in slots(platform)[:count])
             item.stash[_NARROWED] = mask_variables(platform.name, mask)
             narrowed = True
     if narrowed and not config.pluginmanager.has_plugin("harness-narrowing"):
         config.pluginmanager.register(_Narrowing(), "harness-narrowing")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A forced GPU platform's devices are listed by now, before any test runs; a failure ends the session."""
+    listed(session.config)
 
 
 class _Invalid:

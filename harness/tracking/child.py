@@ -38,8 +38,7 @@ class _Recording:
 
 def _enter(recording: _Recording) -> None:
     """The child's process context: the same settings and ledger, and the caller's test and fixture."""
-    detection = detect()
-    here = context.Context(detection.platform, recording.settings, detection.reason)
+    here = context.Context(detect().platform, recording.settings)
     here.owner.worker = recording.owner.worker
     if recording.owner.test is not None:
         here.owner.enter_test(recording.owner.test, recording.owner.file or "")

@@ -19,7 +19,7 @@ from harness.config.pyproject import find_pyproject
 from harness.config.settings import Settings, load_settings
 from harness.ledger.writer import LedgerWriter
 from harness.memory.admission import Holders
-from harness.platform import detect
+from harness.platform import detect_later
 from harness.platform.base import Platform
 from harness.tracking.attribution import Attribution
 
@@ -28,7 +28,6 @@ from harness.tracking.attribution import Attribution
 class Context:
     platform: Platform
     settings: Settings
-    reason: str = ""  # why this platform (doctor and the report say it)
     holders: Holders = field(default_factory=Holders)
     owner: Attribution = field(default_factory=Attribution)
     writer: LedgerWriter | None = None  # None: not recording
@@ -65,10 +64,10 @@ os.register_at_fork(after_in_child=_forked)
 
 
 def build(pyproject: Path | None, env: Mapping[str, str] = os.environ) -> Context:
-    """A context for the project of ``pyproject`` (its ``[tool.harness]``) on the platform ``env`` selects."""
-    detection = detect(env)
-    settings = load_settings(detection.platform.name, pyproject, env)
-    return Context(detection.platform, settings, detection.reason)
+    """A context for the project of ``pyproject`` (its ``[tool.harness]``) on the platform ``env`` selects;
+    a forced GPU platform's devices are listed in a thread (``detect_later``)."""
+    platform = detect_later(env)
+    return Context(platform, load_settings(platform.name, pyproject, env))
 
 
 def current() -> Context:

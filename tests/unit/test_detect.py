@@ -2,6 +2,7 @@
 
 import importlib
 import os
+import threading
 
 import pytest
 
@@ -97,3 +98,43 @@ def test_library_is_initialised_once_per_process(fake_gpus):
     for _ in range(3):
         detect(dict(os.environ)).platform.memory()
     assert fake.init_calls - before == 1
+
+
+def test_a_forced_gpu_platform_is_named_at_once_and_listed_in_a_thread(fake_gpus, monkeypatch):
+    """``detect_later`` returns while NVML is still starting; the devices are detect's, once it is done."""
+    fake_gpus([gpu(0), gpu(1)])
+    fake = importlib.import_module("tests.fakes.pynvml")
+    platforms._initialised.cache_clear()
+    started, go_on = threading.Event(), threading.Event()
+    real_init = fake.nvmlInit
+
+    def held_init():  # NVML's start, held until the test lets it go on
+        started.set()
+        assert go_on.wait(10)
+        real_init()
+
+    monkeypatch.setattr(fake, "nvmlInit", held_init)
+    env = {**os.environ, "HARNESS_PLATFORM": "cuda"}
+    pending = platforms.detect_later(env)
+    assert started.wait(10)  # nvmlInit runs in another thread, and detect_later has returned
+    assert (pending.name, pending.mask_variable) == ("cuda", "CUDA_VISIBLE_DEVICES")
+    go_on.set()
+    assert isinstance(pending.ready(), NvidiaPlatform)
+    assert pending.devices() == detect(env).platform.devices()
+    assert pending.memory() == pending.ready().memory()
+
+
+def test_a_forced_gpu_platforms_failure_is_raised_when_its_devices_are_asked_for(fake_gpus):
+    fake_gpus([gpu(0)])
+    env = {**os.environ, "HARNESS_PLATFORM": "cuda", "CUDA_VISIBLE_DEVICES": "abc"}
+    pending = platforms.detect_later(env)
+    for _ in range(2):  # every question gets the error, not only the first
+        with pytest.raises(DeviceMaskError, match="CUDA_VISIBLE_DEVICES='abc'"):
+            pending.devices()
+
+
+@pytest.mark.parametrize("forced", ["", "cpu"])
+def test_without_a_forced_gpu_platform_detection_runs_at_once(fake_gpus, forced):
+    fake_gpus([gpu(0)])
+    found = platforms.detect_later({**os.environ, "HARNESS_PLATFORM": forced})
+    assert found.ready() is found and found.name == (forced or "cuda")

@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from harness import ledger
 from tests.fakes import gpu
 
 pytest_plugins = ["pytester"]
@@ -120,6 +121,34 @@ def test_workers_per_gpu_shares_devices_device_major(cuda4, session, pytester, m
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*4 workers*"])
     assert sorted(m["CUDA_VISIBLE_DEVICES"] for m in seen(pytester).values()) == ["2", "2", "3", "3"]
+
+
+def test_a_forced_cuda_session_lists_devices_while_collecting_and_records_them_first(
+    cuda4, pytester, monkeypatch
+):
+    """HARNESS_PLATFORM=cuda lists the devices in a thread; the ledger's worker event, written once the tests
+    are collected, still names them and comes before the tests, so each test gets its device."""
+    monkeypatch.setenv("HARNESS_PLATFORM", "cuda")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    pytester.makepyfile(test_file="def test_one():\n    pass\n")
+    result = pytester.runpytest_subprocess("--harness", f"--harness-ledger-dir={pytester.path / 'ledger'}")
+    result.assert_outcomes(passed=1)
+    kinds = [e["event"] for e in ledger.events(pytester.path / "ledger" / "main.jsonl")]
+    assert kinds.index("worker") < kinds.index("test")
+    (worker,) = ledger.read(pytester.path / "ledger").workers
+    assert worker["devices"] == [uuid(2)] and worker["mask"] == "2"
+    assert [t["device"] for t in ledger.read(pytester.path / "ledger").tests] == [uuid(2)]
+
+
+@pytest.mark.parametrize("without", [[], ["-p", "no:harness-recorder"]], ids=["recording", "not recording"])
+def test_a_forced_cuda_sessions_bad_mask_stops_it_before_any_test(cuda4, pytester, monkeypatch, without):
+    monkeypatch.setenv("HARNESS_PLATFORM", "cuda")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "abc")
+    pytester.makepyfile(test_file="def test_one():\n    open('ran', 'w').close()\n")
+    result = pytester.runpytest_subprocess("--harness", *without)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: CUDA_VISIBLE_DEVICES='abc'*"])
+    assert "Traceback" not in result.stderr.str() and not (pytester.path / "ran").exists()
 
 
 def test_replacement_of_a_crashed_worker_gets_its_device(cuda4, session, pytester):
