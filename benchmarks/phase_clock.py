@@ -1,6 +1,7 @@
 """A pytest plugin for benchmarks/session_phases.py: the wall-clock moments a session passes, written as
-one JSON line to ``$PHASE_CLOCK_FILE`` at exit, with the threads it had and the cyclic garbage collector's
-passes and seconds. Loaded with ``-p phase_clock`` on both sides of a
+one JSON line to ``$PHASE_CLOCK_FILE`` at exit, with the threads it had, the main thread's CPU seconds
+(the rest of the process's are its other threads', a library's pool among them) and the cyclic garbage
+collector's passes and seconds. Loaded with ``-p phase_clock`` on both sides of a
 comparison, so its own cost is alike on both."""
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 0
 
 
+def _main_cpu() -> float | None:
+    """The main thread's user and system seconds so far (Linux's ``/proc``)."""
+    path = f"/proc/self/task/{os.getpid()}/stat"
+    if not os.path.exists(path):
+        return None
+    with open(path) as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     MARKS["configured"] = time.time()
@@ -63,4 +74,5 @@ def _write() -> None:
     path = os.environ.get("PHASE_CLOCK_FILE")
     if path:
         with open(path, "a") as file:
-            file.write(json.dumps({"marks": MARKS, "threads": THREADS, "gc": GC}) + "\n")
+            noted = {"marks": MARKS, "threads": THREADS, "gc": GC, "main_cpu": _main_cpu()}
+            file.write(json.dumps(noted) + "\n")

@@ -13,7 +13,8 @@ it, when pytest was configured, the tests collected, the first test started, the
 session cleaned up and the process reached its last atexit handler; this script notes when it started the
 process and when the process was gone. The variants run in turn within a round (the order rotating each
 round), each in a fresh process with a fresh ledger. Printed: each variant's median seconds per stretch,
-its median wall, user and system CPU seconds and minor page faults (memory the kernel had to hand it),
+its median wall, user and system CPU seconds, the main thread's share of them (the rest is other threads',
+as a BLAS pool's spinning) and minor page faults (memory the kernel had to hand it),
 the garbage collector's seconds and full passes, and the threads the process had when configured and
 when exiting (a native library's thread pool shows there).
 """
@@ -61,6 +62,7 @@ def run(args: list[str], root: Path, env: dict, clock: Path) -> dict:
         "system": after.ru_stime - before.ru_stime,
         "faults": after.ru_minflt - before.ru_minflt,
         "threads": noted["threads"],
+        "main": noted["main_cpu"],
         "gc": noted["gc"]["seconds"],
         "full": noted["gc"]["collections"][2],
     }
@@ -100,7 +102,7 @@ def main() -> None:
         print(
             f"{'':14}"
             + "".join(f"{name:>10}" for name, _, _ in STRETCHES)
-            + f"{'wall':>8}{'user':>7}{'system':>7}{'faults':>8}{'gc s':>7}{'full':>5}  threads"
+            + f"{'wall':>8}{'user':>7}{'system':>7}{'main':>7}{'faults':>8}{'gc s':>7}{'full':>5}  threads"
         )
         for name, done in runs.items():
             stretches = [
@@ -108,14 +110,16 @@ def main() -> None:
                 for _, begin, end in STRETCHES
             ]
             wall = statistics.median(d["marks"]["gone"] - d["marks"]["spawned"] for d in done)
-            user, system, faults, gc, full = (
-                statistics.median(d[key] for d in done) for key in ("user", "system", "faults", "gc", "full")
+            user, system, main, faults, gc, full = (
+                statistics.median(d[key] for d in done)
+                for key in ("user", "system", "main", "faults", "gc", "full")
             )
             threads = "/".join(str(done[-1]["threads"].get(k, "?")) for k in ("configured", "exiting"))
             print(
                 f"{name:14}"
                 + "".join(f"{s:10.3f}" for s in stretches)
-                + f"{wall:8.2f}{user:7.2f}{system:7.2f}{faults:8.0f}{gc:7.3f}{full:5.0f}  {threads}"
+                + f"{wall:8.2f}{user:7.2f}{system:7.2f}{main:7.2f}{faults:8.0f}"
+                + f"{gc:7.3f}{full:5.0f}  {threads}"
             )
 
 
