@@ -124,6 +124,37 @@ def test_a_forced_gpu_platform_is_named_at_once_and_listed_in_a_thread(fake_gpus
     assert pending.memory() == pending.ready().memory()
 
 
+def test_a_child_forked_while_the_thread_ran_detects_for_itself(fake_gpus, monkeypatch):
+    """The fork leaves the child without the thread (vLLM forks a test's process): its answer comes from
+    the child's own detection, not from a thread that will never end there."""
+    fake_gpus([gpu(0), gpu(1)])
+    fake = importlib.import_module("tests.fakes.pynvml")
+    platforms._initialised.cache_clear()
+    started, go_on = threading.Event(), threading.Event()
+    real_init = fake.nvmlInit
+
+    def held_init():
+        started.set()
+        assert go_on.wait(10)
+        real_init()
+
+    monkeypatch.setattr(fake, "nvmlInit", held_init)
+    pending = platforms.detect_later({**os.environ, "HARNESS_PLATFORM": "cuda"})
+    assert started.wait(10)
+    child = os.fork()
+    if child == 0:  # the child: no detect thread; its own detection must not wait for one
+        code = 1
+        try:
+            go_on.set()
+            code = 0 if [d.uuid for d in pending.devices()] == [gpu(0)["uuid"], gpu(1)["uuid"]] else 1
+        finally:
+            os._exit(code)  # never back into the parent's pytest session
+    go_on.set()
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(pending.devices()) == 2
+
+
 def test_a_forced_gpu_platforms_failure_is_raised_when_its_devices_are_asked_for(fake_gpus):
     fake_gpus([gpu(0)])
     env = {**os.environ, "HARNESS_PLATFORM": "cuda", "CUDA_VISIBLE_DEVICES": "abc"}
