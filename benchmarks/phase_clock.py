@@ -13,6 +13,7 @@ import os
 import time
 
 import pytest
+from trivial import thread_cpu  # session_phases puts benchmarks/ on PYTHONPATH
 
 MARKS: dict[str, float] = {"loaded": time.time()}
 THREADS: dict[str, int] = {}
@@ -33,16 +34,6 @@ gc.callbacks.append(_collecting)
 def _threads() -> int:
     """The process's threads, the native ones (a library's pool) included."""
     return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 0
-
-
-def _main_cpu() -> float | None:
-    """The main thread's user and system seconds so far (Linux's ``/proc``)."""
-    path = f"/proc/self/task/{os.getpid()}/stat"
-    if not os.path.exists(path):
-        return None
-    with open(path) as file:
-        fields = file.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.hookimpl(trylast=True)
@@ -74,5 +65,5 @@ def _write() -> None:
     path = os.environ.get("PHASE_CLOCK_FILE")
     if path:
         with open(path, "a") as file:
-            noted = {"marks": MARKS, "threads": THREADS, "gc": GC, "main_cpu": _main_cpu()}
+            noted = {"marks": MARKS, "threads": THREADS, "gc": GC, "main_cpu": thread_cpu(os.getpid())}
             file.write(json.dumps(noted) + "\n")

@@ -2,11 +2,13 @@
 median seconds of each stretch of a session, so a side that is slower shows in which stretch.
 
     python benchmarks/session_phases.py [--tests 2000] [--rounds 9] [--platforms cpu,cuda]
-        [--variant 'NAME=PLATFORM ARG...'...]
+        [--variant 'NAME=PLATFORM [VARIABLE=VALUE...] ARG...'...]
 
-A ``--variant`` is one more harness side with pytest arguments of its own, e.g.
+A ``--variant`` is one more harness side with environment settings and pytest arguments of its own, e.g.
 ``'no-recorder=cuda -p no:harness-recorder'``: blocking one of the plugins the harness registers by name
-(``harness-recorder``, ``harness-timeouts``) shows what it costs.
+(``harness-recorder``, ``harness-timeouts``) shows what it costs; ``'no-sampler=cuda
+HARNESS_MEMORY_SAMPLE_S=0'`` switches a setting off. Pinned to one core (``taskset -c 5``), a variant's
+user and system seconds are every thread's, and a second core hides none of them.
 
 Every run loads benchmarks/phase_clock.py (``-p phase_clock``), which notes when the interpreter reached
 it, when pytest was configured, the tests collected, the first test started, the last one ended, the
@@ -73,7 +75,9 @@ def main() -> None:
     parser.add_argument("--tests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--platforms", default="cpu,cuda", help="HARNESS_PLATFORM of each harness variant")
-    parser.add_argument("--variant", action="append", default=[], help="NAME=PLATFORM ARG...: another side")
+    parser.add_argument(
+        "--variant", action="append", default=[], help="NAME=PLATFORM [VAR=VALUE...] ARG...: another side"
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         root = suite(Path(directory), options.tests)
@@ -85,8 +89,11 @@ def main() -> None:
             variants[platform] = (["--harness"], {"HARNESS_PLATFORM": platform})
         for variant in options.variant:
             name, _, rest = variant.partition("=")
-            platform, *args = rest.split()
-            variants[name] = (["--harness", *args], {"HARNESS_PLATFORM": platform})
+            platform, *words = rest.split()
+            settings = [word for word in words if word[:1].isupper() and "=" in word]  # VARIABLE=VALUE
+            args = [word for word in words if word not in settings]
+            environ = dict(setting.split("=", 1) for setting in settings)
+            variants[name] = (["--harness", *args], {"HARNESS_PLATFORM": platform, **environ})
         ledgers = Path(directory) / "ledgers"
         runs: dict[str, list[dict]] = {name: [] for name in variants}
         for round_ in range(options.rounds + 1):  # round 0 warms caches and bytecode and is not counted

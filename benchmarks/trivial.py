@@ -32,6 +32,13 @@ def environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
+def thread_cpu(thread: int) -> float:
+    """User and system seconds so far of this process's thread ``thread`` (its id; Linux's ``/proc``)."""
+    with open(f"/proc/self/task/{thread}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
     """(wall, CPU) seconds of one ``PYTEST`` process with ``args``; CPU (user + system) moves less with the
     host's load."""

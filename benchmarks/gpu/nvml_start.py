@@ -17,6 +17,7 @@ import json
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 STEPS = r"""
 import importlib, json, time
@@ -37,6 +38,8 @@ OVERLAP = r"""
 import json, os, sys, time
 import pytest
 from harness.platform import detect, detect_later
+sys.path.insert(0, sys.argv[2])  # benchmarks/
+from trivial import thread_cpu
 
 def python():  # pure Python, as collecting 2000 tests is: the interpreter's time, the GIL held
     started = time.perf_counter()
@@ -44,14 +47,8 @@ def python():  # pure Python, as collecting 2000 tests is: the interpreter's tim
     return time.perf_counter() - started
 
 def threads():  # every thread but this one: (name, CPU seconds)
-    tick = os.sysconf("SC_CLK_TCK")
-    found = []
-    for task in os.listdir("/proc/self/task"):
-        if int(task) != os.getpid():
-            stat = open(f"/proc/self/task/{task}/stat").read().rsplit(")", 1)[1].split()
-            name = open(f"/proc/self/task/{task}/comm").read().strip()
-            found.append((name, (int(stat[11]) + int(stat[12])) / tick))
-    return found
+    others = [int(task) for task in os.listdir("/proc/self/task") if int(task) != os.getpid()]
+    return [(open(f"/proc/self/task/{t}/comm").read().strip(), thread_cpu(t)) for t in others]
 
 before = python()
 started = time.perf_counter()
@@ -78,7 +75,7 @@ def main() -> None:
     ways: dict[str, list[dict]] = {"line": [], "thread": []}
     for n in range(2 * runs):
         way = ("line", "thread")[n % 2]
-        ways[way].append(json.loads(run(OVERLAP, way)))
+        ways[way].append(json.loads(run(OVERLAP, way, str(Path(__file__).resolve().parents[1]))))
     for way, found in ways.items():
         both = statistics.median(f["both"] for f in found) * 1e3
         slower = statistics.median(f["after"] / f["before"] for f in found)

@@ -100,33 +100,9 @@ def test_library_is_initialised_once_per_process(fake_gpus):
     assert fake.init_calls - before == 1
 
 
-def test_a_forced_gpu_platform_is_named_at_once_and_listed_in_a_thread(fake_gpus, monkeypatch):
-    """``detect_later`` returns while NVML is still starting; the devices are detect's, once it is done."""
-    fake_gpus([gpu(0), gpu(1)])
-    fake = importlib.import_module("tests.fakes.pynvml")
-    platforms._initialised.cache_clear()
-    started, go_on = threading.Event(), threading.Event()
-    real_init = fake.nvmlInit
-
-    def held_init():  # NVML's start, held until the test lets it go on
-        started.set()
-        assert go_on.wait(10)
-        real_init()
-
-    monkeypatch.setattr(fake, "nvmlInit", held_init)
-    env = {**os.environ, "HARNESS_PLATFORM": "cuda"}
-    pending = platforms.detect_later(env)
-    assert started.wait(10)  # nvmlInit runs in another thread, and detect_later has returned
-    assert (pending.name, pending.mask_variable) == ("cuda", "CUDA_VISIBLE_DEVICES")
-    go_on.set()
-    assert isinstance(pending.ready(), NvidiaPlatform)
-    assert pending.devices() == detect(env).platform.devices()
-    assert pending.memory() == pending.ready().memory()
-
-
-def test_a_child_forked_while_the_thread_ran_detects_for_itself(fake_gpus, monkeypatch):
-    """The fork leaves the child without the thread (vLLM forks a test's process): its answer comes from
-    the child's own detection, not from a thread that will never end there."""
+@pytest.fixture
+def held_nvml(fake_gpus, monkeypatch):
+    """Two fake GPUs whose ``nvmlInit`` is held until the test sets ``go_on``: (started, go_on)."""
     fake_gpus([gpu(0), gpu(1)])
     fake = importlib.import_module("tests.fakes.pynvml")
     platforms._initialised.cache_clear()
@@ -139,6 +115,26 @@ def test_a_child_forked_while_the_thread_ran_detects_for_itself(fake_gpus, monke
         real_init()
 
     monkeypatch.setattr(fake, "nvmlInit", held_init)
+    return started, go_on
+
+
+def test_a_forced_gpu_platform_is_named_at_once_and_listed_in_a_thread(held_nvml):
+    """``detect_later`` returns while NVML is still starting; the devices are detect's, once it is done."""
+    started, go_on = held_nvml
+    env = {**os.environ, "HARNESS_PLATFORM": "cuda"}
+    pending = platforms.detect_later(env)
+    assert started.wait(10)  # nvmlInit runs in another thread, and detect_later has returned
+    assert (pending.name, pending.mask_variable) == ("cuda", "CUDA_VISIBLE_DEVICES")
+    go_on.set()
+    assert isinstance(pending.ready(), NvidiaPlatform)
+    assert pending.devices() == detect(env).platform.devices()
+    assert pending.memory() == pending.ready().memory()
+
+
+def test_a_child_forked_while_the_thread_ran_detects_for_itself(held_nvml):
+    """The fork leaves the child without the thread (vLLM forks a test's process): its answer comes from
+    the child's own detection, not from a thread that will never end there."""
+    started, go_on = held_nvml
     pending = platforms.detect_later({**os.environ, "HARNESS_PLATFORM": "cuda"})
     assert started.wait(10)
     child = os.fork()
