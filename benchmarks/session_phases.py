@@ -7,7 +7,9 @@ median seconds of each stretch of a session, so a side that is slower shows in w
 A ``--variant`` is one more harness side with environment settings and pytest arguments of its own, e.g.
 ``'no-recorder=cuda -p no:harness-recorder'``: blocking one of the plugins the harness registers by name
 (``harness-recorder``, ``harness-timeouts``) shows what it costs; ``'no-sampler=cuda
-HARNESS_MEMORY_SAMPLE_S=0'`` switches a setting off. Pinned to one core (``taskset -c 5``), a variant's
+HARNESS_MEMORY_SAMPLE_S=0'`` switches a setting off. The platform ``plain`` runs without the harness, as
+in ``'plain-nvml=plain HARNESS_PLATFORM=cuda -p nvml_only'`` (NVML's start alone, benchmarks/nvml_only.py).
+Pinned to one core (``taskset -c 5``), a variant's
 user and system seconds are every thread's, and a second core hides none of them.
 
 Every run loads benchmarks/phase_clock.py (``-p phase_clock``), which notes when the interpreter reached
@@ -93,7 +95,9 @@ def main() -> None:
             settings = [word for word in words if word[:1].isupper() and "=" in word]  # VARIABLE=VALUE
             args = [word for word in words if word not in settings]
             environ = dict(setting.split("=", 1) for setting in settings)
-            variants[name] = (["--harness", *args], {"HARNESS_PLATFORM": platform, **environ})
+            side = ["-p", "no:harness"] if platform == "plain" else ["--harness"]
+            forced = {} if platform == "plain" else {"HARNESS_PLATFORM": platform}
+            variants[name] = ([*side, *args], {**forced, **environ})
         ledgers = Path(directory) / "ledgers"
         runs: dict[str, list[dict]] = {name: [] for name in variants}
         for round_ in range(options.rounds + 1):  # round 0 warms caches and bytecode and is not counted
@@ -101,7 +105,8 @@ def main() -> None:
             names = names[round_ % len(names) :] + names[: round_ % len(names)]
             for name in names:
                 args, extra = variants[name]
-                ledger = [f"--harness-ledger-dir={ledgers / f'{name}{round_}'}"] if name != "plain" else []
+                harness = "--harness" in args
+                ledger = [f"--harness-ledger-dir={ledgers / f'{name}{round_}'}"] if harness else []
                 done = run(args + ledger, root, {**env, **extra}, clock)
                 if round_:
                     runs[name].append(done)
