@@ -62,6 +62,7 @@ def run(args: list[str], root: Path, env: dict, clock: Path) -> dict:
     noted = json.loads(lines[-1])
     return {
         "marks": {**noted["marks"], "spawned": spawned, "gone": gone},
+        "wall": gone - spawned,
         "user": after.ru_utime - before.ru_utime,
         "system": after.ru_stime - before.ru_stime,
         "faults": after.ru_minflt - before.ru_minflt,
@@ -110,29 +111,43 @@ def main() -> None:
                 done = run(args + ledger, root, {**env, **extra}, clock)
                 if round_:
                     runs[name].append(done)
-        print(f"{options.tests} trivial tests, median seconds of {options.rounds} rounds:")
-        print(
-            f"{'':14}"
-            + "".join(f"{name:>10}" for name, _, _ in STRETCHES)
-            + f"{'wall':>8}{'user':>7}{'system':>7}{'main':>7}{'faults':>8}{'gc s':>7}{'full':>5}  threads"
+        summary(runs, options.tests, options.rounds)
+
+
+def summary(runs: dict[str, list[dict]], tests: int, rounds: int) -> None:
+    """Each variant's medians, then its wall and main-thread CPU against plain's of the same round, the
+    median of the rounds: a host whose speed drifts over seconds moves a round's variants alike, so this
+    ratio moves less than the ratio of the medians."""
+    print(f"{tests} trivial tests, median seconds of {rounds} rounds:")
+    print(
+        f"{'':14}"
+        + "".join(f"{name:>10}" for name, _, _ in STRETCHES)
+        + f"{'wall':>8}{'user':>7}{'system':>7}{'main':>7}{'faults':>8}{'gc s':>7}{'full':>5}  threads"
+    )
+    for name, done in runs.items():
+        stretches = [
+            statistics.median(d["marks"][end] - d["marks"][begin] for d in done)
+            for _, begin, end in STRETCHES
+        ]
+        wall = statistics.median(d["wall"] for d in done)
+        user, system, main, faults, gc, full = (
+            statistics.median(d[key] for d in done)
+            for key in ("user", "system", "main", "faults", "gc", "full")
         )
-        for name, done in runs.items():
-            stretches = [
-                statistics.median(d["marks"][end] - d["marks"][begin] for d in done)
-                for _, begin, end in STRETCHES
-            ]
-            wall = statistics.median(d["marks"]["gone"] - d["marks"]["spawned"] for d in done)
-            user, system, main, faults, gc, full = (
-                statistics.median(d[key] for d in done)
-                for key in ("user", "system", "main", "faults", "gc", "full")
-            )
-            threads = "/".join(str(done[-1]["threads"].get(k, "?")) for k in ("configured", "exiting"))
-            print(
-                f"{name:14}"
-                + "".join(f"{s:10.3f}" for s in stretches)
-                + f"{wall:8.2f}{user:7.2f}{system:7.2f}{main:7.2f}{faults:8.0f}"
-                + f"{gc:7.3f}{full:5.0f}  {threads}"
-            )
+        threads = "/".join(str(done[-1]["threads"].get(k, "?")) for k in ("configured", "exiting"))
+        print(
+            f"{name:14}"
+            + "".join(f"{s:10.3f}" for s in stretches)
+            + f"{wall:8.2f}{user:7.2f}{system:7.2f}{main:7.2f}{faults:8.0f}"
+            + f"{gc:7.3f}{full:5.0f}  {threads}"
+        )
+    print("against plain in the same round, the median of the rounds:")
+    for name, done in list(runs.items())[1:]:
+        walls, mains = (
+            statistics.median(d[key] / p[key] for d, p in zip(done, runs["plain"], strict=True))
+            for key in ("wall", "main")
+        )
+        print(f"{name:14} wall {walls:.3f}, main thread's CPU {mains:.3f}")
 
 
 if __name__ == "__main__":
