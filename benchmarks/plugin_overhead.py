@@ -1,6 +1,6 @@
 """Wall-time ratio of 2000 trivial tests with the harness plugin asked vs plain pytest (goal <= 1.05).
 
-    python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15] [--instructions]
+    python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15] [--instructions] [--with ARGS]
 
 Both variants run as fresh ``python -m pytest`` processes over the same generated file, on the platform
 detected here (or ``HARNESS_PLATFORM``); "plain" is ``-p no:harness``. "with" (``--harness``) writes the
@@ -10,8 +10,11 @@ A round runs the two in the order plain, with, with, plain (the next round the o
 host whose speed drifts within a round slows both sides alike; each side's faster run counts, since
 another process on the host only ever slows a run. The figure is the median of the rounds' ratios. Each
 round's walls are printed so noise is visible; the ratio of the medians and the CPU seconds' ratio are
-printed above the figure. ``--instructions`` also counts the instructions each variant executes, one run
-each under valgrind's cachegrind: a figure no other load on the host moves (it leaves out kernel time).
+printed above the figure. ``--with`` gives the other side other pytest arguments, e.g.
+``--with='-p no:harness -p nvml_only'`` (plain pytest with the harness's NVML start alone,
+benchmarks/nvml_only.py, benchmarks/ on PYTHONPATH): what any plugin that reads the GPUs at a session's
+start pays. ``--instructions`` also counts the instructions each variant executes, one run each under
+valgrind's cachegrind: a figure no other load on the host moves (it leaves out kernel time).
 """
 
 from __future__ import annotations
@@ -32,13 +35,14 @@ def main() -> None:
     parser.add_argument("--tests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
+    parser.add_argument("--with", dest="other", default="--harness", help="the other side's pytest arguments")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         ledgers = Path(directory)  # beside the suite, not in it (see trivial.suite)
         root, env = suite(ledgers, options.tests), environment()
-        plain_args, with_args = ["-p", "no:harness"], ["--harness"]
+        plain_args, with_args = ["-p", "no:harness"], options.other.split()
         timed(plain_args, root, env)  # warm the file system cache and bytecode
-        timed(with_args + [f"--harness-ledger-dir={ledgers / 'warm'}"], root, env)
+        timed(with_args + ledger(with_args, ledgers / "warm"), root, env)
         walls, cpus, ratios = measure(options.rounds, plain_args, with_args, root, ledgers, env)
         plain, with_plugin = (statistics.median(walls[name]) for name in ("plain", "with"))
         cpu_plain, cpu_with = (statistics.median(cpus[name]) for name in ("plain", "with"))
@@ -50,7 +54,7 @@ def main() -> None:
         if options.instructions:
             counted = {
                 "plain": instructions(plain_args, root, env),
-                "with": instructions(with_args + [f"--harness-ledger-dir={ledgers / 'counted'}"], root, env),
+                "with": instructions(with_args + ledger(with_args, ledgers / "counted"), root, env),
             }
             print(
                 f"instructions, one run each: plain {counted['plain'] / 1e9:.3f} G, with plugin "
@@ -75,8 +79,12 @@ def measure(
         runs: dict[str, list[tuple[float, float]]] = {"plain": [], "with": []}
         for n, name in enumerate(order):
             # a fresh ledger for each run, as each harness run has: a reused one grows and is re-read
-            ledger = [f"--harness-ledger-dir={ledgers / f'ledger{round_}-{n}'}"] if name == "with" else []
-            runs[name].append(timed((with_args if name == "with" else plain_args) + ledger, root, env))
+            args = (
+                with_args + ledger(with_args, ledgers / f"ledger{round_}-{n}")
+                if name == "with"
+                else plain_args
+            )
+            runs[name].append(timed(args, root, env))
         for name, measured in runs.items():
             walls[name].append(min(seconds for seconds, _ in measured))
             cpus[name].append(min(cpu for _, cpu in measured))
@@ -84,6 +92,11 @@ def measure(
         ratios.append(with_plugin / plain)
         print(f"round {round_ + 1}: plain {plain:.2f} s, with plugin {with_plugin:.2f} s")
     return walls, cpus, ratios
+
+
+def ledger(args: list[str], directory: Path) -> list[str]:
+    """The ledger directory a harness side writes into: its own for each run, as each harness run has."""
+    return [f"--harness-ledger-dir={directory}"] if "--harness" in args else []
 
 
 def instructions(args: list[str], cwd: Path, env: dict) -> int:
