@@ -1,6 +1,7 @@
 """Wall-time ratio of 2000 trivial tests with the harness plugin asked vs plain pytest (goal <= 1.05).
 
     python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15] [--instructions] [--with ARGS]
+        [--together]
 
 Both variants run as fresh ``python -m pytest`` processes over the same generated file, on the platform
 detected here (or ``HARNESS_PLATFORM``); "plain" is ``-p no:harness``. "with" (``--harness``) writes the
@@ -13,8 +14,11 @@ round's walls are printed so noise is visible; the ratio of the medians and the 
 printed above the figure. ``--with`` gives the other side other pytest arguments, e.g.
 ``--with='-p no:harness -p nvml_only'`` (plain pytest with the harness's NVML start alone,
 benchmarks/nvml_only.py, benchmarks/ on PYTHONPATH): what any plugin that reads the GPUs at a session's
-start pays. ``--instructions`` also counts the instructions each variant executes, one run each under
-valgrind's cachegrind: a figure no other load on the host moves (it leaves out kernel time).
+start pays. ``--together`` starts each round's plain and with runs at the same moment, in two pairs
+(one launched plain first, the other with first): on a host whose speed swings over seconds (the GPU
+host's walls moved 25 % between rounds) both sides of a pair meet the same swing. ``--instructions``
+also counts the instructions each variant executes, one run each under valgrind's cachegrind: a figure
+no other load on the host moves (it leaves out kernel time).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from trivial import PYTEST, environment, suite, timed
+from trivial import PYTEST, environment, suite, timed, timed_together
 
 
 def main() -> None:
@@ -36,6 +40,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
     parser.add_argument("--with", dest="other", default="--harness", help="the other side's pytest arguments")
+    parser.add_argument(
+        "--together", action="store_true", help="run each round's two sides at once, in pairs"
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         ledgers = Path(directory)  # beside the suite, not in it (see trivial.suite)
@@ -43,7 +50,8 @@ def main() -> None:
         plain_args, with_args = ["-p", "no:harness"], options.other.split()
         timed(plain_args, root, env)  # warm the file system cache and bytecode
         timed(with_args + ledger(with_args, ledgers / "warm"), root, env)
-        walls, cpus, ratios = measure(options.rounds, plain_args, with_args, root, ledgers, env)
+        sides = {"plain": plain_args, "with": with_args}
+        walls, cpus, ratios = measure(options.rounds, sides, root, ledgers, env, options.together)
         plain, with_plugin = (statistics.median(walls[name]) for name in ("plain", "with"))
         cpu_plain, cpu_with = (statistics.median(cpus[name]) for name in ("plain", "with"))
         print(
@@ -68,7 +76,7 @@ def main() -> None:
 
 
 def measure(
-    rounds: int, plain_args: list[str], with_args: list[str], root: Path, ledgers: Path, env: dict
+    rounds: int, sides: dict[str, list[str]], root: Path, ledgers: Path, env: dict, together: bool
 ) -> tuple:
     """Each side's best wall and CPU seconds per round, and the rounds' with/plain ratios."""
     walls: dict[str, list[float]] = {"plain": [], "with": []}
@@ -76,18 +84,17 @@ def measure(
     ratios = []
     for round_ in range(rounds):
         order = ["plain", "with", "with", "plain"] if round_ % 2 == 0 else ["with", "plain", "plain", "with"]
-        runs: dict[str, list[tuple[float, float]]] = {"plain": [], "with": []}
-        for n, name in enumerate(order):
-            # a fresh ledger for each run, as each harness run has: a reused one grows and is re-read
-            args = (
-                with_args + ledger(with_args, ledgers / f"ledger{round_}-{n}")
-                if name == "with"
-                else plain_args
-            )
-            runs[name].append(timed(args, root, env))
-        for name, measured in runs.items():
-            walls[name].append(min(seconds for seconds, _ in measured))
-            cpus[name].append(min(cpu for _, cpu in measured))
+        # a fresh ledger for each run, as each harness run has: a reused one grows and is re-read
+        args = [
+            sides[name] + ledger(sides[name], ledgers / f"ledger{round_}-{n}") for n, name in enumerate(order)
+        ]
+        if together:
+            measured = timed_together(args[:2], root, env) + timed_together(args[2:], root, env)
+        else:
+            measured = [timed(run, root, env) for run in args]
+        for name in walls:
+            walls[name].append(min(wall for n, (wall, _) in enumerate(measured) if order[n] == name))
+            cpus[name].append(min(cpu for n, (_, cpu) in enumerate(measured) if order[n] == name))
         plain, with_plugin = walls["plain"][-1], walls["with"][-1]
         ratios.append(with_plugin / plain)
         print(f"round {round_ + 1}: plain {plain:.2f} s, with plugin {with_plugin:.2f} s")

@@ -46,3 +46,22 @@ def timed(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float
     subprocess.run(PYTEST + args, cwd=cwd, env=env, check=True, capture_output=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.perf_counter() - started, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def timed_together(sides: list[list[str]], cwd: Path, env: dict[str, str]) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of ``PYTEST`` processes started at once, one per argument list: runs that share
+    their moments share what the host's other load does to them."""
+    started = time.perf_counter()
+    processes = {
+        subprocess.Popen(PYTEST + args, cwd=cwd, env=env, stdout=subprocess.DEVNULL).pid: n
+        for n, args in enumerate(sides)
+    }
+    measured: list[tuple[float, float]] = [(0.0, 0.0)] * len(sides)
+    for _ in sides:
+        pid, status, usage = os.wait4(-1, 0)  # whichever ends first, with its own CPU seconds
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise subprocess.CalledProcessError(
+                os.waitstatus_to_exitcode(status), PYTEST + sides[processes[pid]]
+            )
+        measured[processes[pid]] = (time.perf_counter() - started, usage.ru_utime + usage.ru_stime)
+    return measured
