@@ -50,18 +50,22 @@ def timed(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float
 
 def timed_together(sides: list[list[str]], cwd: Path, env: dict[str, str]) -> list[tuple[float, float]]:
     """(wall, CPU) seconds of ``PYTEST`` processes started at once, one per argument list: runs that share
-    their moments share what the host's other load does to them."""
+    their moments share what the host's other load does to them. A failing one ends the others."""
     started = time.perf_counter()
-    processes = {
-        subprocess.Popen(PYTEST + args, cwd=cwd, env=env, stdout=subprocess.DEVNULL).pid: n
-        for n, args in enumerate(sides)
+    running = {
+        process.pid: (n, process)
+        for n, process in enumerate(
+            subprocess.Popen(PYTEST + args, cwd=cwd, env=env, stdout=subprocess.DEVNULL) for args in sides
+        )
     }
     measured: list[tuple[float, float]] = [(0.0, 0.0)] * len(sides)
-    for _ in sides:
+    while running:
         pid, status, usage = os.wait4(-1, 0)  # whichever ends first, with its own CPU seconds
+        n, _ = running.pop(pid)
         if os.waitstatus_to_exitcode(status) != 0:
-            raise subprocess.CalledProcessError(
-                os.waitstatus_to_exitcode(status), PYTEST + sides[processes[pid]]
-            )
-        measured[processes[pid]] = (time.perf_counter() - started, usage.ru_utime + usage.ru_stime)
+            for _, other in running.values():
+                other.kill()
+                other.wait()
+            raise subprocess.CalledProcessError(os.waitstatus_to_exitcode(status), PYTEST + sides[n])
+        measured[n] = (time.perf_counter() - started, usage.ru_utime + usage.ru_stime)
     return measured

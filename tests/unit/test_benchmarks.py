@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 plugin_overhead = importlib.import_module("plugin_overhead")  # fails, never skips, if it breaks
+trivial = importlib.import_module("trivial")
 
 FORKED = """==25753== Cachegrind, a high-precision tracing profiler
 ==25753== Command: python -m pytest -q test_trivial.py --harness
@@ -29,3 +32,27 @@ def test_the_instructions_are_pytests_not_a_forked_childs():
 def test_a_report_without_pytests_count_says_so():
     with pytest.raises(SystemExit, match="no instruction count for pytest"):
         plugin_overhead.pytest_refs(FORKED.rsplit("==25753==", 1)[0])
+
+
+def test_runs_started_together_are_each_timed_as_their_own(tmp_path):
+    """``--together``'s pairs: each process's wall ends when it does, and its CPU seconds are its own."""
+    root = trivial.suite(tmp_path, 3)
+    (root / "test_slow.py").write_text("import time\n\n\ndef test_sleeps():\n    time.sleep(1.5)\n")
+    env = trivial.environment()
+    (quick, quick_cpu), (slow, slow_cpu) = trivial.timed_together(
+        [["-p", "no:harness"], ["-p", "no:harness", "test_slow.py"]], root, env
+    )
+    assert slow - quick > 1.0  # the quick one's wall is not the pair's
+    assert slow_cpu < slow - 1.0  # a sleep uses no CPU: these seconds are the slow process's own
+    assert quick_cpu > 0
+
+
+def test_a_run_that_fails_ends_the_pair_with_its_arguments(tmp_path):
+    root = trivial.suite(tmp_path, 1)
+    (root / "test_slow.py").write_text("import time\n\n\ndef test_sleeps():\n    time.sleep(60)\n")
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        trivial.timed_together([["test_slow.py"], ["--no-such-option"]], root, trivial.environment())
+    assert failed.value.returncode == 4  # pytest's usage error
+    assert failed.value.cmd[-1] == "--no-such-option"
+    with pytest.raises(ChildProcessError):  # the sleeping one was ended and reaped, not left running
+        os.wait4(-1, os.WNOHANG)
