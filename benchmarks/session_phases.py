@@ -9,8 +9,8 @@ A ``--variant`` is one more harness side with environment settings and pytest ar
 (``harness-recorder``, ``harness-timeouts``) shows what it costs; ``'no-sampler=cuda
 HARNESS_MEMORY_SAMPLE_S=0'`` switches a setting off. The platform ``plain`` runs without the harness, as
 in ``'plain-nvml=plain HARNESS_PLATFORM=cuda -p nvml_only'`` (NVML's start alone, benchmarks/nvml_only.py).
-Pinned to one core (``taskset -c 5``), a variant's
-user and system seconds are every thread's, and a second core hides none of them.
+Pinned to one core (``taskset -c 5``), a variant's user and system seconds are every thread's, and a
+second core hides none of them.
 
 Every run loads benchmarks/phase_clock.py (``-p phase_clock``), which notes when the interpreter reached
 it, when pytest was configured, the tests collected, the first test started, the last one ended, the
@@ -116,8 +116,8 @@ def main() -> None:
 
 def summary(runs: dict[str, list[dict]], tests: int, rounds: int) -> None:
     """Each variant's medians, then its wall and main-thread CPU against plain's of the same round, the
-    median of the rounds: a host whose speed drifts over seconds moves a round's variants alike, so this
-    ratio moves less than the ratio of the medians."""
+    median of the rounds: a host whose speed drifts over minutes moves a round's variants alike, so this
+    ratio moves less than the ratio of the medians (a process's own luck still moves it)."""
     print(f"{tests} trivial tests, median seconds of {rounds} rounds:")
     print(
         f"{'':14}"
