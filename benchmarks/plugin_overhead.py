@@ -15,8 +15,9 @@ printed above the figure. ``--with`` gives the other side other pytest arguments
 ``--with='-p no:harness -p nvml_only'`` (plain pytest with the harness's NVML start alone,
 benchmarks/nvml_only.py, benchmarks/ on PYTHONPATH): what any plugin that reads the GPUs at a session's
 start pays. ``--together`` starts each round's plain and with runs at the same moment, in two pairs
-(one launched plain first, the other with first): on a host whose speed swings over seconds (the GPU
-host's walls moved 25 % between rounds) both sides of a pair meet the same swing. ``--instructions``
+(one launched plain first, the other with first), so both sides of a pair meet the host's load of that
+moment. On the GPU host a pair still differed by up to 25 %: there the noise is each process's own
+(docs/gpu-2026-12-02c). ``--instructions``
 also counts the instructions each variant executes, one run each under valgrind's cachegrind: a figure
 no other load on the host moves (it leaves out kernel time).
 """
