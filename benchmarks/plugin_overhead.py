@@ -17,9 +17,8 @@ benchmarks/nvml_only.py, benchmarks/ on PYTHONPATH): what any plugin that reads 
 start pays. ``--together`` starts each round's plain and with runs at the same moment, in two pairs
 (one launched plain first, the other with first), so both sides of a pair meet the host's load of that
 moment. On the GPU host a pair still differed by up to 25 %: there the noise is each process's own
-(docs/gpu-2026-12-02c). ``--instructions``
-also counts the instructions each variant executes, one run each under valgrind's cachegrind: a figure
-no other load on the host moves (it leaves out kernel time).
+(docs/gpu-2026-12-02c). ``--instructions`` also counts the instructions each variant executes, one run
+each under valgrind's cachegrind: a figure no other load on the host moves (it leaves out kernel time).
 """
 
 from __future__ import annotations
