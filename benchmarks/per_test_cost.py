@@ -15,7 +15,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from trivial import environment, suite, timed
+from trivial import environment, ledger, suite, timed
 
 
 def main() -> None:
@@ -33,12 +33,7 @@ def main() -> None:
         for run in range(options.runs + 1):  # run 0 warms caches and bytecode and is not counted
             for size in (small, large):
                 for side, args in sides.items():
-                    ledger = (
-                        [f"--harness-ledger-dir={Path(directory) / f'l{run}-{size}'}"]
-                        if side == "harness"
-                        else []
-                    )
-                    wall, _ = timed(args + ledger, roots[size], env)
+                    wall, _ = timed(args + ledger(args, Path(directory) / f"l{run}-{size}"), roots[size], env)
                     if run:
                         best[side, size] = min(best.get((side, size), wall), wall)
         per_test = {side: (best[side, large] - best[side, small]) / (large - small) for side in sides}

@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from trivial import PYTEST, environment, suite, timed, timed_together
+from trivial import PYTEST, environment, ledger, suite, timed, timed_together
 
 
 def main() -> None:
@@ -84,7 +84,6 @@ def measure(
     ratios = []
     for round_ in range(rounds):
         order = ["plain", "with", "with", "plain"] if round_ % 2 == 0 else ["with", "plain", "plain", "with"]
-        # a fresh ledger for each run, as each harness run has: a reused one grows and is re-read
         args = [
             sides[name] + ledger(sides[name], ledgers / f"ledger{round_}-{n}") for n, name in enumerate(order)
         ]
@@ -99,11 +98,6 @@ def measure(
         ratios.append(with_plugin / plain)
         print(f"round {round_ + 1}: plain {plain:.2f} s, with plugin {with_plugin:.2f} s")
     return walls, cpus, ratios
-
-
-def ledger(args: list[str], directory: Path) -> list[str]:
-    """The ledger directory a harness side writes into: its own for each run, as each harness run has."""
-    return [f"--harness-ledger-dir={directory}"] if "--harness" in args else []
 
 
 def instructions(args: list[str], cwd: Path, env: dict) -> int:

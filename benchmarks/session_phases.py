@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trivial import PYTEST, environment, suite
+from trivial import PYTEST, environment, ledger, suite
 
 STRETCHES = (  # (name, from mark, to mark)
     ("start", "spawned", "loaded"),
@@ -106,9 +106,7 @@ def main() -> None:
             names = names[round_ % len(names) :] + names[: round_ % len(names)]
             for name in names:
                 args, extra = variants[name]
-                harness = "--harness" in args
-                ledger = [f"--harness-ledger-dir={ledgers / f'{name}{round_}'}"] if harness else []
-                done = run(args + ledger, root, {**env, **extra}, clock)
+                done = run(args + ledger(args, ledgers / f"{name}{round_}"), root, {**env, **extra}, clock)
                 if round_:
                     runs[name].append(done)
         summary(runs, options.tests, options.rounds)

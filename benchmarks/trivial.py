@@ -39,6 +39,12 @@ def thread_cpu(thread: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def ledger(args: list[str], directory: Path) -> list[str]:
+    """The ledger directory of a run whose ``args`` ask for the harness: each run gets its own, as each
+    harness run has (a reused one grows and is re-read); none for a plain run."""
+    return [f"--harness-ledger-dir={directory}"] if "--harness" in args else []
+
+
 def timed(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
     """(wall, CPU) seconds of one ``PYTEST`` process with ``args``; CPU (user + system) moves less with the
     host's load."""
