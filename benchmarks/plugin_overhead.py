@@ -24,7 +24,6 @@ each under valgrind's cachegrind: a figure no other load on the host moves (it l
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import shutil
 import statistics
@@ -32,7 +31,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from trivial import PYTEST, environment, ledger, suite, timed, timed_together
+from trivial import PYTEST, environment, ledger, median_interval, suite, timed, timed_together
 
 
 def main() -> None:
@@ -100,19 +99,6 @@ def measure(
         ratios.append(with_plugin / plain)
         print(f"round {round_ + 1}: plain {plain:.2f} s, with plugin {with_plugin:.2f} s")
     return walls, cpus, ratios
-
-
-def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
-    """An interval that holds the median of what ``values`` sample with at least ``confidence``: the order
-    statistics the binomial law sets around the sample's median. It assumes nothing of the noise's shape
-    (the GPU host's is skewed and per process); too few values give their whole range."""
-    ordered, n = sorted(values), len(values)
-    cut, below = -1, 0.0  # the most values cut off each end, and the chance of the median lying below
-    while below + math.comb(n, cut + 1) / 2**n <= (1 - confidence) / 2:
-        cut += 1
-        below += math.comb(n, cut) / 2**n
-    cut = max(cut, 0)
-    return ordered[cut], ordered[n - 1 - cut]
 
 
 def instructions(args: list[str], cwd: Path, env: dict) -> int:

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trivial import PYTEST, environment, ledger, suite
+from trivial import PYTEST, environment, ledger, median_interval, suite
 
 STRETCHES = (  # (name, from mark, to mark)
     ("start", "spawned", "loaded"),
@@ -142,10 +142,14 @@ def summary(runs: dict[str, list[dict]], tests: int, rounds: int) -> None:
     print("against plain in the same round, the median of the rounds:")
     for name, done in list(runs.items())[1:]:
         walls, mains = (
-            statistics.median(d[key] / p[key] for d, p in zip(done, runs["plain"], strict=True))
-            for key in ("wall", "main")
+            [d[key] / p[key] for d, p in zip(done, runs["plain"], strict=True)] for key in ("wall", "main")
         )
-        print(f"{name:14} wall {walls:.3f}, main thread's CPU {mains:.3f}")
+        (low, high), (main_low, main_high) = median_interval(walls), median_interval(mains)
+        print(
+            f"{name:14} wall {statistics.median(walls):.3f} ({low:.3f}-{high:.3f}), "
+            f"main thread's CPU {statistics.median(mains):.3f} ({main_low:.3f}-{main_high:.3f})"
+        )
+    print("(in brackets: the 95 % interval of each median)")
 
 
 if __name__ == "__main__":

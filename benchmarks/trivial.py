@@ -3,6 +3,7 @@ the environment they run it in, and a timed pytest process."""
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import subprocess
@@ -75,3 +76,16 @@ def timed_together(sides: list[list[str]], cwd: Path, env: dict[str, str]) -> li
             raise subprocess.CalledProcessError(os.waitstatus_to_exitcode(status), PYTEST + sides[n])
         measured[n] = (time.perf_counter() - started, usage.ru_utime + usage.ru_stime)
     return measured
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """An interval that holds the median of what ``values`` sample with at least ``confidence``: the order
+    statistics the binomial law sets around the sample's median. It assumes nothing of the noise's shape
+    (the GPU host's is skewed and per process); too few values give their whole range."""
+    ordered, n = sorted(values), len(values)
+    cut, below = -1, 0.0  # the most values cut off each end, and the chance of the median lying below
+    while below + math.comb(n, cut + 1) / 2**n <= (1 - confidence) / 2:
+        cut += 1
+        below += math.comb(n, cut) / 2**n
+    cut = max(cut, 0)
+    return ordered[cut], ordered[n - 1 - cut]
