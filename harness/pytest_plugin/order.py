@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-CONFIGURATIONS = "HARNESS_CONFIGURATIONS"
+from harness.pytest_plugin import CONFIGURATIONS
 
 
 def load(path: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness import ledger
-from harness.pytest_plugin import order, timeouts
+from harness.pytest_plugin import CONFIGURATIONS, timeouts
 from harness.pytest_plugin.workers import is_controller, process_context, worker_event, worker_id
 from harness.tracking import patches
 from harness.tracking.attribution import CHILD
@@ -111,8 +111,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With a previous run's configurations (``harness run --durations-from``), run tests that started the
     same configuration one after another; after pytest's own grouping of fixture parameters."""
-    path = os.environ.get(order.CONFIGURATIONS)
+    path = os.environ.get(CONFIGURATIONS)
     if path and not config.getoption("no_harness"):
+        from harness.pytest_plugin import order
+
         items[:] = order.by_configuration(items, order.load(path))
 
 
@@ -216,35 +218,42 @@ class _Recorder:
         self.following = None if nextitem is None else (nextitem, nextitem.nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        when, outcome = report.when, report.outcome  # read once: this runs three times a test
-        if outcome == "failed" and _timed_out(report):
-            crash = getattr(report.longrepr, "reprcrash", None)
-            message = crash.message if crash is not None else report.longreprtext.strip().splitlines()[-1]
-            self.writer.write("finding", type="timeout", test=report.nodeid, message=message)
+        """Three times a test: a passed phase reads its outcome once and goes on (``_unusual`` is the rest)."""
+        when = report.when
         if when == "setup":  # each try of a test logs its setup first
             self.setup, self.call, self.retried = report, None, False
         elif when == "call":
             self.call = report
-        if outcome == "rerun":  # pytest-rerunfailures: this try failed, the test runs again
-            self.retried = True
-        elif when == "teardown" and not self.retried:
+        if report.outcome != "passed":
+            self._unusual(report)
+        if when == "teardown" and not self.retried:
             self._finish(report)
+
+    def _unusual(self, report: pytest.TestReport) -> None:
+        """A phase that did not pass: a timeout is a finding; a rerun (pytest-rerunfailures) means this try
+        of the test is not its last."""
+        if report.outcome == "rerun":
+            self.retried = True
+        elif report.outcome == "failed" and _timed_out(report):
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = crash.message if crash is not None else report.longreprtext.strip().splitlines()[-1]
+            self.writer.write("finding", type="timeout", test=report.nodeid, message=message)
 
     def _finish(self, teardown: pytest.TestReport) -> None:
         if self.context.unchecked:  # runners this test (or a fixture torn down with it) stopped
             from harness.tracking.starts import check_released  # loaded by then: the runs are its
 
             check_released()
-        setup, call = self.setup, self.call
+        setup, call, following = self.setup, self.call, self.following
         self.writer.test(
             self.nodeid,
             _outcome(setup, call, teardown),
             None if setup is None else setup.duration,
             None if call is None else call.duration,
             teardown.duration,
-            None if self.following is None else self.following[1],
+            None if following is None else following[1],
         )
-        self.announced = self.following
+        self.announced = following
         self.owner.leave_test()
 
     def pytest_sessionfinish(self) -> None:
@@ -308,7 +317,7 @@ def pytest_fixture_setup(fixturedef, request):
 
 def pytest_fixture_post_finalizer(fixturedef, request) -> None:
     if _enabled(request.config):
-        process_context(request.config).holders.release(("fixture", id(fixturedef)))
+        process_context(request.config).release(("fixture", id(fixturedef)))
 
 
 @pytest.fixture(scope="session")

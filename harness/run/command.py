@@ -28,7 +28,7 @@ from harness.config.settings import Settings, ci_deadline, load_settings
 from harness.config.suites import Suite, load_suite
 from harness.errors import HarnessError
 from harness.platform import detect
-from harness.pytest_plugin.order import CONFIGURATIONS
+from harness.pytest_plugin import CONFIGURATIONS
 from harness.pytest_plugin.plugin import SWITCH
 from harness.pytest_plugin.workers import auto_workers
 from harness.report.environment import redact_all

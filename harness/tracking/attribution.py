@@ -10,8 +10,10 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness.ledger.owner import Owner
+if TYPE_CHECKING:
+    from harness.ledger.owner import Owner
 
 # set by the plugin for its session: the ledger and worker a process a test spawns records under (vLLM's
 # spawn_new_process_for_each_test runs the test body in a fresh interpreter that no plugin configures); the
@@ -50,6 +52,8 @@ class Attribution:
 
     def current(self) -> Owner:
         """The innermost fixture in setup, else the test body."""
+        from harness.ledger.owner import Owner  # at the first runner or held fixture, not in every session
+
         nodeid, file = self._test or (None, None)
         fixture, scope = self._fixtures[-1] if self._fixtures else (None, None)
         return Owner(nodeid, file, fixture, scope, self.worker, self.phase)

@@ -11,29 +11,51 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.config.pyproject import find_pyproject
 from harness.config.settings import Settings, load_settings
-from harness.ledger.writer import LedgerWriter
-from harness.memory.admission import Holders
 from harness.platform import detect_later
 from harness.platform.base import Platform
 from harness.tracking.attribution import Attribution
 
+if TYPE_CHECKING:
+    from harness.ledger.writer import LedgerWriter
+    from harness.memory.admission import Holders
 
-@dataclass(eq=False)  # one process's state: identity, not its fields
+
 class Context:
-    platform: Platform
-    settings: Settings
-    holders: Holders = field(default_factory=Holders)
-    owner: Attribution = field(default_factory=Attribution)
-    writer: LedgerWriter | None = None  # None: not recording
-    pool: Any = None  # harness.tracking.reuse.Pool when engine reuse is on (it builds on this module)
-    unchecked: list[Any] = field(default_factory=list)  # stopped runs whose release is not checked yet
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    """One process's state; a plain class, not a dataclass: it has identity, not a value, and a dataclass's
+    generated methods cost every session their compilation.
+
+    The live holders are made at the first runner or held fixture: a session that starts none never imports
+    the admission check.
+    """
+
+    def __init__(self, platform: Platform, settings: Settings) -> None:
+        self.platform, self.settings = platform, settings
+        self.owner = Attribution()
+        self.writer: LedgerWriter | None = None  # None: not recording
+        self.pool: Any = None  # harness.tracking.reuse.Pool when reuse is on (it builds on this module)
+        self.unchecked: list[Any] = []  # stopped runs whose release is not checked yet
+        self._holders: Holders | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def holders(self) -> Holders:
+        if self._holders is None:
+            from harness.memory.admission import Holders
+
+            with self._lock:
+                if self._holders is None:
+                    self._holders = Holders()
+        return self._holders
+
+    def release(self, key: object) -> None:
+        """Release the holder of ``key`` (a fixture's), if any was made."""
+        if self._holders is not None:
+            self._holders.release(key)
 
     def stopped(self, run: Any) -> None:
         with self._lock:
