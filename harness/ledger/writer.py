@@ -131,10 +131,14 @@ class LedgerWriter:
             f'{{"event": "test", "t": {time.time():.3f}, "nodeid": {quoted}, "outcome": "{outcome}", '
             f'"setup_s": {setup}, "call_s": {call}, "teardown_s": {teardown}, "next": {then}}}\n'
         )
-        with self._lock:
-            self._write(line.encode())
+        self._write(line.encode())  # unlocked: see ``_write``
 
     def _write(self, data: bytes) -> None:
+        """One ``write`` system call on an ``O_APPEND`` file, which the kernel keeps whole against the
+        sampler thread's lines; the lock around other events serialises what a short write would split (a
+        regular file takes a line whole) and keeps a fork from meeting one half done. A test's line comes
+        from the thread that runs the tests, which is also the one that forks, and skips it: the lock cost
+        as much as the write, every test."""
         written = self._file.write(data)
         if written < len(data):  # a regular file takes it whole; a short write goes on where it stopped
             self._write(data[written:])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -381,3 +382,26 @@ def test_quiet_says_whether_a_ledger_holds_anything_to_account_for(tmp_path):
     assert not ledger.quiet(tmp_path / "child")
     _start(ledger.LedgerWriter(tmp_path / "runner", worker="main"))
     assert not ledger.quiet(tmp_path / "runner")
+
+
+def test_test_lines_and_another_threads_events_all_come_back_whole(tmp_path):
+    """A test's line is written without the writer's lock (one system call on an append-only file), while
+    the sampler's thread writes its events under it: every line of both comes back, none torn."""
+    writer = ledger.LedgerWriter(tmp_path, worker="main")
+    done = threading.Event()
+
+    def sample() -> None:
+        for n in range(2000):
+            writer.write("memory", sync=False, used={"GPU-1": n})
+        done.set()
+
+    thread = threading.Thread(target=sample)
+    thread.start()
+    for n in range(2000):
+        writer.test(f"t.py::test_{n}", "passed", 0.0, 0.0, 0.0, f"t.py::test_{n + 1}")
+    thread.join()
+    assert done.is_set()
+    lines = (tmp_path / "main.jsonl").read_text().splitlines()
+    events = [json.loads(line) for line in lines]  # a torn line would not parse
+    assert sum(e["event"] == "memory" for e in events) == 2000
+    assert [e["nodeid"] for e in events if e["event"] == "test"] == [f"t.py::test_{n}" for n in range(2000)]
