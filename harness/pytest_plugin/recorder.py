@@ -218,7 +218,7 @@ class _Recorder:
         self.following = None if nextitem is None else (nextitem, nextitem.nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Three times a test: a passed phase reads its outcome once and goes on (``_unusual`` is the rest)."""
+        """Three times a test: a passed phase reads its outcome once (``_unusual`` takes the rest)."""
         when = report.when
         if when == "setup":  # each try of a test logs its setup first
             self.setup, self.call, self.retried = report, None, False
