@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from harness.errors import HarnessError
-from harness.ledger.writer import NOTABLE
+from harness.ledger.notable import NOTABLE
 
 if TYPE_CHECKING:  # the shapes are for type checkers here: a session that only writes never defines them
     from harness.ledger.records import Finding, Record, Sample, TestResult, WorkerInfo

@@ -19,8 +19,8 @@ from json.encoder import encode_basestring_ascii as _quoted
 from pathlib import Path
 from typing import Any
 
-# the events a session's summary accounts for: the writer notes writing one, the reader looks for them
-NOTABLE = ("runner-start", "finding", "crash")
+from harness.ledger.notable import NOTABLE
+
 _ENCODER = json.JSONEncoder(default=str)  # one encoder for every event: json.dumps builds one per call
 
 
