@@ -1,6 +1,6 @@
 """Wall-time ratio of 2000 trivial tests with the harness plugin asked vs plain pytest (goal <= 1.05).
 
-    python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15] [--instructions] [--with ARGS]
+    python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15] [--instructions [--keep DIR]] [--with ARGS]
         [--together]
 
 Both variants run as fresh ``python -m pytest`` processes over the same generated file, on the platform
@@ -18,7 +18,8 @@ start pays. ``--together`` starts each round's plain and with runs at the same m
 (one launched plain first, the other with first), so both sides of a pair meet the host's load of that
 moment. On the GPU host a pair still differed by up to 25 %: there the noise is each process's own
 (docs/gpu-2026-12-02c). ``--instructions`` also counts the instructions each variant executes, one run
-each under valgrind's cachegrind: a figure no other load on the host moves (it leaves out kernel time).
+each under valgrind's cachegrind: a figure no other load on the host moves (it leaves out kernel time);
+``--keep DIR`` keeps cachegrind's per-function files there.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ def main() -> None:
     parser.add_argument("--tests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
+    parser.add_argument(
+        "--keep", type=Path, default=None, metavar="DIR", help="with --instructions: keep cachegrind's "
+        "files, DIR/plain.cg and DIR/with.cg, for cg_annotate"
+    )
     parser.add_argument("--with", dest="other", default="--harness", help="the other side's pytest arguments")
     parser.add_argument(
         "--together", action="store_true", help="run each round's two sides at once, in pairs"
@@ -61,8 +66,11 @@ def main() -> None:
         print(f"ratio of the medians: {with_plugin / plain:.3f}")
         if options.instructions:
             counted = {
-                "plain": instructions(plain_args, root, env),
-                "with": instructions(with_args + ledger(with_args, ledgers / "counted"), root, env),
+                "plain": instructions(plain_args, root, env, options.keep and options.keep / "plain.cg"),
+                "with": instructions(
+                    with_args + ledger(with_args, ledgers / "counted"), root, env,
+                    options.keep and options.keep / "with.cg",
+                ),
             }
             print(
                 f"instructions, one run each: plain {counted['plain'] / 1e9:.3f} G, with plugin "
@@ -101,16 +109,19 @@ def measure(
     return walls, cpus, ratios
 
 
-def instructions(args: list[str], cwd: Path, env: dict) -> int:
-    """Instructions one pytest process executes, counted by cachegrind (with a fixed hash seed)."""
+def instructions(args: list[str], cwd: Path, env: dict, keep: Path | None = None) -> int:
+    """Instructions one pytest process executes, counted by cachegrind (with a fixed hash seed); its
+    per-function file is written to ``keep`` when given."""
     if shutil.which("valgrind") is None:
         raise SystemExit("plugin_overhead.py: --instructions needs valgrind on PATH")
+    if keep is not None:
+        keep.parent.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         [
             "valgrind",
             "--tool=cachegrind",
             "--cache-sim=no",
-            "--cachegrind-out-file=/dev/null",
+            f"--cachegrind-out-file={keep or '/dev/null'}",
             *PYTEST,
             *args,
         ],
