@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The plugin-overhead gap on the GPU host, by stretch of a session: installs this tree into PROJECT_SITE,
-# says what the host's pytest loads and what its Python start costs, then runs benchmarks/session_phases.py
+# says what the host's pytest loads, what its Python start and a page fault cost, then runs benchmarks/session_phases.py
 # (plain, the cpu platform, the cuda platform; ROUNDS rounds, default 9), with the host's BLAS thread pool
 # and with one BLAS thread. Given arguments, it runs session_phases.py with those instead, one BLAS thread
 # only. Output on stdout and in $OUT/phases.txt when OUT is set.
@@ -21,6 +21,11 @@ out=${OUT:-/tmp}/phases.txt
   for code in "pass" "import numpy" "import pynvml; pynvml.nvmlInit()"; do
     /usr/bin/time -f "python3 -c '$code': %e s wall, %U+%S s CPU" python3 -c "$code" 2>&1 | tail -1
   done
+  # what one minor page fault costs here (NVML's start adds thousands to a cuda session)
+  python3 -c 'import mmap, time; n = 25600; m = mmap.mmap(-1, n * 4096); t = time.perf_counter()
+for i in range(0, n * 4096, 4096): m[i] = 1
+print(f"a fresh page touched: {(time.perf_counter() - t) / n * 1e6:.2f} us each, {n} pages")'
+  ls /proc/driver/nvidia/gpus/ 2>&1 | head -3
   if [ $# -gt 0 ]; then
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python3 benchmarks/session_phases.py "$@"
     exit
