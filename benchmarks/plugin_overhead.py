@@ -1,7 +1,7 @@
 """Wall-time ratio of 2000 trivial tests with the harness plugin asked vs plain pytest (goal <= 1.05).
 
-    python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15] [--instructions [--keep DIR]] [--with ARGS]
-        [--together]
+    python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15] [--instructions [--keep DIR]]
+        [--with ARGS] [--together]
 
 Both variants run as fresh ``python -m pytest`` processes over the same generated file, on the platform
 detected here (or ``HARNESS_PLATFORM``); "plain" is ``-p no:harness``. "with" (``--harness``) writes the
@@ -41,8 +41,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
     parser.add_argument(
-        "--keep", type=Path, default=None, metavar="DIR", help="with --instructions: keep cachegrind's "
-        "files, DIR/plain.cg and DIR/with.cg, for cg_annotate"
+        "--keep",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --instructions: keep cachegrind's files, DIR/plain.cg and DIR/with.cg, for cg_annotate",
     )
     parser.add_argument("--with", dest="other", default="--harness", help="the other side's pytest arguments")
     parser.add_argument(
@@ -68,7 +71,9 @@ def main() -> None:
             counted = {
                 "plain": instructions(plain_args, root, env, options.keep and options.keep / "plain.cg"),
                 "with": instructions(
-                    with_args + ledger(with_args, ledgers / "counted"), root, env,
+                    with_args + ledger(with_args, ledgers / "counted"),
+                    root,
+                    env,
                     options.keep and options.keep / "with.cg",
                 ),
             }

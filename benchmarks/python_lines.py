@@ -57,14 +57,16 @@ def main() -> None:
             name: counted(args + ledger(args, Path(directory) / "ledger"), root, env, Path(directory) / name)
             for name, args in sides.items()
         }
-    lines = {name: sum(v for (_, _, kind), v in found.items() if kind == "lines") for name, found in counts.items()}
-    print(f"{options.tests} trivial tests, Python lines executed: plain {lines['plain']:,}, "
-          f"with plugin {lines['with']:,}, ratio {lines['with'] / lines['plain']:.4f}")
+    lines = {name: sum(v for key, v in found.items() if key[2] == "lines") for name, found in counts.items()}
+    print(
+        f"{options.tests} trivial tests, Python lines executed: plain {lines['plain']:,}, "
+        f"with plugin {lines['with']:,}, ratio {lines['with'] / lines['plain']:.4f}"
+    )
     plain, other = counts["plain"], counts["with"]
     functions = {key[:2] for key in plain.keys() | other.keys()}
-    difference = sorted(
-        functions, key=lambda f: other[(*f, "lines")] - plain[(*f, "lines")], reverse=True
-    )[: options.top]
+    difference = sorted(functions, key=lambda f: other[(*f, "lines")] - plain[(*f, "lines")], reverse=True)[
+        : options.top
+    ]
     print("lines more  calls more  function")
     for function in difference:
         more = [other[(*function, kind)] - plain[(*function, kind)] for kind in ("lines", "calls")]
@@ -75,7 +77,10 @@ def counted(args: list[str], root: Path, env: dict, out: Path) -> collections.Co
     """One side's (file, function, "lines" | "calls") counts."""
     subprocess.run(
         [sys.executable, "-c", TRACER, str(out), "-q", "-p", "no:cacheprovider", *args],
-        cwd=root, env=env, check=True, capture_output=True,
+        cwd=root,
+        env=env,
+        check=True,
+        capture_output=True,
     )
     return collections.Counter({tuple(key): value for *key, value in json.loads(out.read_text())})
 
