@@ -34,6 +34,10 @@ from pathlib import Path
 
 from trivial import PYTEST, environment, ledger, median_interval, suite, timed, timed_together
 
+# a counted run's settings: a fixed hash seed, and one BLAS thread: on the GPU host a plugin imports numpy,
+# whose OpenBLAS pool of 15 threads spins ~1.05 G instructions a run, a count that moves by 45 M between runs
+COUNTED = {"PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -115,7 +119,7 @@ def measure(
 
 
 def instructions(args: list[str], cwd: Path, env: dict, keep: Path | None = None) -> int:
-    """Instructions one pytest process executes, counted by cachegrind (with a fixed hash seed); its
+    """Instructions one pytest process executes, counted by cachegrind (``COUNTED``'s settings); its
     per-function file is written to ``keep`` when given."""
     if shutil.which("valgrind") is None:
         raise SystemExit("plugin_overhead.py: --instructions needs valgrind on PATH")
@@ -131,7 +135,7 @@ def instructions(args: list[str], cwd: Path, env: dict, keep: Path | None = None
             *args,
         ],
         cwd=cwd,
-        env={**env, "PYTHONHASHSEED": "0"},
+        env={**env, **COUNTED},
         check=True,
         capture_output=True,
         text=True,
