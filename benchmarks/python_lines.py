@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from trivial import environment, ledger, suite, timed
+from trivial import ARGS, environment, ledger, suite, timed
 
 # run as ``python -c``: count each function's calls and lines until exit, then write them as JSON
 TRACER = """
@@ -76,7 +76,7 @@ def main() -> None:
 def counted(args: list[str], root: Path, env: dict, out: Path) -> collections.Counter:
     """One side's (file, function, "lines" | "calls") counts."""
     subprocess.run(
-        [sys.executable, "-c", TRACER, str(out), "-q", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-c", TRACER, str(out), *ARGS, *args],
         cwd=root,
         env=env,
         check=True,

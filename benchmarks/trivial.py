@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 FILE = "test_trivial.py"
-PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", FILE]  # no cache: runs stay alike
+ARGS = ["-q", "-p", "no:cacheprovider", FILE]  # no cache: runs stay alike
+PYTEST = [sys.executable, "-m", "pytest", *ARGS]
 
 
 def suite(directory: Path, tests: int) -> Path:

@@ -14,9 +14,7 @@ unset PYTHONDONTWRITEBYTECODE
 cd "$here/../.." || exit 2
 tests=${1:-2000}
 out=${OUT:-/tmp}
-rm -rf "${PROJECT_SITE:?}"
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$PROJECT_SITE" . ||
-  exit 1
+install_project || exit 1
 export VALGRIND_LIB=$PWD/.valgrind PATH=$PWD/.valgrind:$PATH
 {
   echo "== $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null) $(uname -r)"

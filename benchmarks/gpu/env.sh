@@ -7,3 +7,9 @@ export PROJECT_SITE=${PROJECT_SITE:-/tmp/harness-site} SITE=${SITE:-/tmp/site}
 export PYTHONPATH=$PROJECT_SITE:$SITE${PYTHONPATH:+:$PYTHONPATH}
 export PATH=$PROJECT_SITE/bin:$SITE/bin:$PATH
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+
+# this tree, installed as a regular package (as an image holds it) into PROJECT_SITE, replacing what was there
+install_project() {
+  rm -rf "${PROJECT_SITE:?}"
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$PROJECT_SITE" .
+}

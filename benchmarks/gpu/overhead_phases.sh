@@ -21,9 +21,7 @@ if [ "${1:-}" = "--fake-nvml" ]; then # one more variant: the cuda platform over
 fi
 out=${OUT:-/tmp}/phases.txt
 {
-  rm -rf "${PROJECT_SITE:?}"
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$PROJECT_SITE" . ||
-    exit 1
+  install_project || exit 1
   echo "== $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null) $(nproc) cores"
   python3 -m pytest -VV 2>&1 | tr '\n' ' ' && echo
   for code in "pass" "import numpy" "import pynvml; pynvml.nvmlInit()"; do
