@@ -1,7 +1,7 @@
 """Wall-time ratio of 2000 trivial tests with the harness plugin asked vs plain pytest (goal <= 1.05).
 
     python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15] [--instructions [--keep DIR]]
-        [--with ARGS] [--together]
+        [--with ARGS] [--together] [--one-blas-thread]
 
 Both variants run as fresh ``python -m pytest`` processes over the same generated file, on the platform
 detected here (or ``HARNESS_PLATFORM``); "plain" is ``-p no:harness``. "with" (``--harness``) writes the
@@ -19,7 +19,10 @@ start pays. ``--together`` starts each round's plain and with runs at the same m
 moment. On the GPU host a pair still differed by up to 25 %: there the noise is each process's own
 (docs/gpu-2026-12-02c). ``--instructions`` also counts the instructions each variant executes, one run
 each under valgrind's cachegrind: a figure no other load on the host moves (it leaves out kernel time);
-``--keep DIR`` keeps cachegrind's per-function files there.
+``--keep DIR`` keeps cachegrind's per-function files there. ``--one-blas-thread`` times both sides with
+one BLAS thread, as the counted runs have: on the GPU host a third-party plugin imports numpy in every
+pytest run, plain or not, and its OpenBLAS pool of 15 spinning threads gave plain pytest 3.6 CPU seconds
+for 1.7 s of wall, and the walls of both sides two modes, about 1.6 s and 2.3 s (docs/gpu-2026-12-02f).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from trivial import PYTEST, environment, ledger, median_interval, suite, timed, 
 
 # a counted run's settings: a fixed hash seed, and one BLAS thread: on the GPU host a plugin imports numpy,
 # whose OpenBLAS pool of 15 threads spins ~1.05 G instructions a run, a count that moves by 45 M between runs
-COUNTED = {"PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+COUNTED = {"PYTHONHASHSEED": "0", **ONE_BLAS_THREAD}
 
 
 def main() -> None:
@@ -55,10 +59,15 @@ def main() -> None:
     parser.add_argument(
         "--together", action="store_true", help="run each round's two sides at once, in pairs"
     )
+    parser.add_argument(
+        "--one-blas-thread", action="store_true", help="time both sides with one BLAS thread (OPENBLAS, OMP)"
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         ledgers = Path(directory)  # beside the suite, not in it (see trivial.suite)
         root, env = suite(ledgers, options.tests), environment()
+        if options.one_blas_thread:
+            env.update(ONE_BLAS_THREAD)
         plain_args, with_args = ["-p", "no:harness"], options.other.split()
         timed(plain_args, root, env)  # warm the file system cache and bytecode
         timed(with_args + ledger(with_args, ledgers / "warm"), root, env)

@@ -2,7 +2,7 @@
 
 ``detect`` asks NVML, then amdsmi, and falls back to the host CPU, saying why in ``Detection.reason``.
 ``HARNESS_PLATFORM`` forces the answer (CI agents where detection is ambiguous, ``harness run``'s phases), and
-``detect_later`` then starts a GPU platform's library in a thread (``pending``);
+``detect_later`` then starts a GPU platform's library when it is needed (``pending``);
 ``HARNESS_NVML_MODULE`` / ``HARNESS_AMDSMI_MODULE`` name the module to import in place of ``pynvml`` /
 ``amdsmi``, which is how tests put fakes in, also in xdist workers and pytester subprocesses.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
 from collections.abc import Mapping
 from types import ModuleType
@@ -90,12 +91,17 @@ def detect(env: Mapping[str, str] = os.environ) -> Detection:
 
 def detect_later(env: Mapping[str, str] = os.environ) -> Platform:
     """``detect(env).platform``; when ``HARNESS_PLATFORM`` names a GPU platform, a ``PendingPlatform`` whose
-    detection runs in a thread. Without the name, detection is what decides it, so it runs now."""
-    forced = env.get("HARNESS_PLATFORM", "")
+    library starts when needed: the real NVML's devices are named from the driver's list, others' are
+    listed in a thread. Without the name, detection is what decides it, so it runs now."""
+    forced, listing = env.get("HARNESS_PLATFORM", ""), None
     if forced == "cuda":
-        from harness.platform.nvidia import NvidiaPlatform
+        from harness.platform.nvidia import NvidiaPlatform, driver_listing
 
         mask_variable = NvidiaPlatform.mask_variable
+        # the real NVML only (a module in its place, the tests' fake, names its own devices), and where it is
+        # installed: where it is not, detection says so before any test runs
+        if "HARNESS_NVML_MODULE" not in env and importlib.util.find_spec("pynvml") is not None:
+            listing = driver_listing()
     elif forced == "rocm":
         from harness.platform.amd import AmdPlatform
 
@@ -104,4 +110,4 @@ def detect_later(env: Mapping[str, str] = os.environ) -> Platform:
         return detect(env).platform
     from harness.platform.pending import PendingPlatform
 
-    return PendingPlatform(forced, mask_variable, dict(env))
+    return PendingPlatform(forced, mask_variable, dict(env), listing)

@@ -52,6 +52,11 @@ class Platform(ABC):
     def devices(self) -> list[Device]:
         """The visible devices, in visible order."""
 
+    def uuids(self) -> list[str]:
+        """The visible devices' UUIDs, in visible order: all a session records of its devices until it
+        reads their memory, so a backend may answer without starting its library (``PendingPlatform``)."""
+        return [device.uuid for device in self.devices()]
+
     @abstractmethod
     def memory(self) -> dict[int, MemoryReading]:
         """Memory of every visible device, keyed by visible index, read in one pass."""

@@ -189,7 +189,7 @@ class _Recorder:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The session's ``worker`` event, which every test event after it refers to, and the sampler.
 
-        Not at configure: a forced GPU platform lists its devices in a thread meanwhile (``detect_later``).
+        Not at configure: a forced GPU platform may list its devices in a thread meanwhile (``detect_later``).
         """
         self.writer.write(
             "worker",

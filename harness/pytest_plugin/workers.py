@@ -61,10 +61,19 @@ def process_context(config: pytest.Config) -> Context:
 
 
 def listed(config: pytest.Config) -> Platform:
-    """This session's platform with its devices listed. A forced GPU platform lists them in a thread
+    """This session's platform with its devices listed. A forced GPU platform lists them when needed
     (``detect_later``), so what stops that listing (no NVML, a bad mask) is raised here, as a usage error."""
     try:
         return process_context(config).platform.ready()
+    except HarnessError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def visible_uuids(config: pytest.Config) -> list[str]:
+    """This session's visible devices' UUIDs, which a forced cuda platform names from the driver's list,
+    without NVML; what stops that (a bad mask, no NVML where the driver lists none) is a usage error."""
+    try:
+        return process_context(config).platform.uuids()
     except HarnessError as error:
         raise pytest.UsageError(str(error)) from None
 
@@ -227,12 +236,12 @@ def worker_event(config: pytest.Config) -> dict:
     pin = getattr(config, "workerinput", {}).get(PIN)
     if pin is not None:
         return {"worker": worker, "devices": [pin["uuid"]], "mask": pin["mask"], "pid": os.getpid()}
-    platform = listed(config)
+    platform = process_context(config).platform
     if platform.mask_variable is None:
         return {"worker": worker, "devices": ["cpu"], "mask": None, "pid": os.getpid()}
     return {
         "worker": worker,
-        "devices": [d.uuid for d in platform.devices()],
+        "devices": visible_uuids(config),
         "mask": outer_mask(platform.name)[1],
         "pid": os.getpid(),
     }
@@ -318,8 +327,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """A forced GPU platform's devices are listed by now, before any test runs; a failure ends the session."""
-    listed(session.config)
+    """A forced GPU platform's devices are named by now, before any test runs; a failure ends the session."""
+    visible_uuids(session.config)
 
 
 class _Invalid:

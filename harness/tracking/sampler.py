@@ -2,7 +2,9 @@
 
 One daemon thread per pytest process with a ledger reads the platform's memory (one NVML poll of every
 device is ~18 µs on two H200s) every ``memory_sample_s`` seconds and appends a ``memory`` event. Samples
-are flushed, not fsynced: they are a picture, and the runner events that matter are synced.
+are flushed, not fsynced: they are a picture, and the runner events that matter are synced. The first is
+one interval in: a runner's events carry their own readings, and a session shorter than an interval (most
+that start no runner) never starts the management library for a picture of nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from harness.platform import Platform
 class MemorySampler:
     def __init__(self, writer: LedgerWriter, platform: Platform, interval_s: float):
         self.writer, self.platform, self.interval_s = writer, platform, interval_s
-        self._uuids = {device.index: device.uuid for device in platform.devices()}
+        self._uuids = dict(enumerate(platform.uuids()))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="harness-memory-sampler", daemon=True)
 
@@ -35,11 +37,9 @@ class MemorySampler:
         self.writer.write("memory", sync=False, used=used)
 
     def _run(self) -> None:
-        while True:
+        while not self._stop.wait(self.interval_s):
             try:
                 self.sample()
             except HarnessError as error:  # the management library stopped answering: say so, stop sampling
                 self.writer.write("finding", type="sampler-stopped", message=str(error))
-                return
-            if self._stop.wait(self.interval_s):
                 return

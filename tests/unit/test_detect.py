@@ -11,8 +11,10 @@ from harness.errors import DeviceMaskError, PlatformError
 from harness.platform import detect
 from harness.platform.amd import AmdPlatform
 from harness.platform.host import HostPlatform
+from harness.platform import nvidia
 from harness.platform.nvidia import NvidiaPlatform
-from tests.fakes import gpu
+from harness.platform.pending import PendingPlatform
+from tests.fakes import driver_listing, gpu
 
 
 def test_nvml_with_devices_is_cuda(fake_gpus):
@@ -165,3 +167,32 @@ def test_without_a_forced_gpu_platform_detection_runs_at_once(fake_gpus, forced)
     fake_gpus([gpu(0)])
     found = platforms.detect_later({**os.environ, "HARNESS_PLATFORM": forced})
     assert found.ready() is found and found.name == (forced or "cuda")
+
+
+def test_a_listed_gpu_platform_names_its_devices_without_nvml_and_starts_it_for_memory(held_nvml, tmp_path):
+    """With the driver's listing, naming the visible devices (a mask applied) starts no NVML, and no thread
+    waits for it; the first memory question starts it, in the asking thread."""
+    started, go_on = held_nvml
+    listing = nvidia.driver_listing(*driver_listing(tmp_path, [gpu(0), gpu(1)]))
+    env = {**os.environ, "HARNESS_PLATFORM": "cuda", "CUDA_VISIBLE_DEVICES": "1"}
+    pending = PendingPlatform("cuda", "CUDA_VISIBLE_DEVICES", env, listing)
+    assert pending.uuids() == [gpu(1)["uuid"]]
+    assert not started.wait(0.2)
+    go_on.set()
+    assert pending.memory() == detect(env).platform.memory() and started.is_set()
+    assert pending.uuids() == pending.ready().uuids()
+
+
+def test_a_listing_nvml_contradicts_is_an_error_and_a_bad_mask_is_one_without_nvml(fake_gpus, tmp_path):
+    fake_gpus([gpu(0), gpu(1)])
+    listing = nvidia.driver_listing(*driver_listing(tmp_path, [gpu(0), gpu(2)]))
+    env = {**os.environ, "HARNESS_PLATFORM": "cuda"}
+    with pytest.raises(PlatformError, match="the driver lists the visible GPUs as .*, its management library"):
+        PendingPlatform("cuda", "CUDA_VISIBLE_DEVICES", env, listing).memory()
+    fake = importlib.import_module("tests.fakes.pynvml")
+    platforms._initialised.cache_clear()
+    before = fake.init_calls
+    masked = PendingPlatform("cuda", "CUDA_VISIBLE_DEVICES", {**env, "CUDA_VISIBLE_DEVICES": "5"}, listing)
+    with pytest.raises(DeviceMaskError, match="index 5 is past the 2 device"):
+        masked.uuids()
+    assert fake.init_calls == before

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import xml.etree.ElementTree as ET
 
+from harness import platform as platforms
+from harness.ledger import reader
+from harness.ledger.writer import LedgerWriter
+from harness.platform import nvidia
+from harness.platform.pending import PendingPlatform
 from harness.report.finalize import finalize
-from tests.fakes import gpu
+from harness.tracking.sampler import MemorySampler
+from tests.fakes import driver_listing, gpu
 from tests.unit.report_runs import GIB, run_suite
 
 pytest_plugins = ["pytester"]
@@ -36,7 +43,7 @@ def test_samples_reach_the_ledger_report_and_timeline(pytester, monkeypatch, fak
     report = finalize(run_dir, env=dict(os.environ), publish=False)
     used = [sample["used"][gpu(0)["uuid"]] for sample in report["samples"]]
     assert len(used) >= 10
-    assert used[0] == GIB and max(used) == 31 * GIB  # idle at the start, then the write outside runners
+    assert max(used) == 31 * GIB  # the write outside runners (the first sample is one interval in)
     assert [s["t"] for s in report["samples"]] == sorted(s["t"] for s in report["samples"])
     [memory] = [
         g for g in ET.parse(run_dir / "timeline.svg").getroot().iter(f"{SVG}g") if g.get("class") == "memory"
@@ -52,3 +59,18 @@ def test_zero_turns_the_sampler_off(pytester, monkeypatch, fake_gpus):
     result, run_dir = run_suite(pytester, monkeypatch, {"test_sampled": SUITE})
     result.assert_outcomes(passed=1)
     assert finalize(run_dir, env=dict(os.environ), publish=False)["samples"] == []
+
+
+def test_a_session_shorter_than_an_interval_reads_no_memory(fake_gpus, tmp_path):
+    """The first sample is one interval in: a session that ends before it (most that start no runner)
+    never starts NVML for the sampler, when the driver's listing named the devices."""
+    fake_gpus([gpu(0)])
+    fake = importlib.import_module("tests.fakes.pynvml")
+    platforms._initialised.cache_clear()
+    before = fake.init_calls
+    listing = nvidia.driver_listing(*driver_listing(tmp_path, [gpu(0)]))
+    platform = PendingPlatform("cuda", "CUDA_VISIBLE_DEVICES", {"HARNESS_PLATFORM": "cuda"}, listing)
+    writer = LedgerWriter(tmp_path / "ledger", "main")
+    MemorySampler(writer, platform, 60).start().stop()
+    assert fake.init_calls == before
+    assert [e["event"] for e in reader.events(writer.path)] == []
