@@ -42,15 +42,33 @@ def main() -> int:
         (root / "test_trivial.py").write_text("".join(f"def test_{n}():\n    pass\n" for n in range(20)))
         (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
         done = subprocess.run(
-            [sys.executable, "-c", "import json\n" + SESSION, "-q", "-p", "no:cacheprovider", "--harness",
-             f"--harness-ledger-dir={root / 'ledger'}", "test_trivial.py"],
-            cwd=root, env={**os.environ, "HARNESS_PLATFORM": "cuda"}, capture_output=True, text=True, check=False,
+            [
+                sys.executable,
+                "-c",
+                "import json\n" + SESSION,
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--harness",
+                f"--harness-ledger-dir={root / 'ledger'}",
+                "test_trivial.py",
+            ],
+            cwd=root,
+            env={**os.environ, "HARNESS_PLATFORM": "cuda"},
+            capture_output=True,
+            text=True,
+            check=False,
         )
         session = json.loads(done.stdout.strip().splitlines()[-1])
-        [worker] = [json.loads(line) for line in (root / "ledger" / "main.jsonl").read_text().splitlines()
-                    if json.loads(line)["event"] == "worker"]
-    print(f"a cuda session of 20 trivial tests: exit {session['code']}, pynvml imported: {session['pynvml']}, "
-          f"threads at the end: {session['threads']}, its worker event's devices: {worker['devices']}")
+        [worker] = [
+            json.loads(line)
+            for line in (root / "ledger" / "main.jsonl").read_text().splitlines()
+            if json.loads(line)["event"] == "worker"
+        ]
+    print(
+        f"a cuda session of 20 trivial tests: exit {session['code']}, pynvml imported: {session['pynvml']}, "
+        f"threads at the end: {session['threads']}, its worker event's devices: {worker['devices']}"
+    )
     agreed &= session["code"] == 0 and not session["pynvml"] and worker["devices"] == nvml
     print("agreed" if agreed else "DISAGREED")
     return 0 if agreed else 1

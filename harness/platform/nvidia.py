@@ -96,7 +96,10 @@ def driver_listing(gpus: Path = DRIVER_GPUS, dev: Path = Path("/dev")) -> list[s
             text = (gpus / entry / "information").read_text()
         except OSError:
             return None
-        fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in text.splitlines())}
+        fields = {
+            key.strip(): value.strip()
+            for key, _, value in (line.partition(":") for line in text.splitlines())
+        }
         if "GPU UUID" not in fields or not fields.get("Device Minor", "").isdigit():
             return None
         if fields.get("GPU Excluded", "No") == "No" and (dev / f"nvidia{fields['Device Minor']}").exists():

@@ -20,7 +20,11 @@ from harness.platform.base import Device, MemoryReading, Platform
 
 
 class PendingPlatform(Platform):
-    def __init__(self, name: str, mask_variable: str, env: Mapping[str, str], listing: list[str] | None = None):
+    mask_variable: str  # a GPU platform's, always
+
+    def __init__(
+        self, name: str, mask_variable: str, env: Mapping[str, str], listing: list[str] | None = None
+    ):
         """``listing``: the UUIDs of the devices in their library's order, known without the library."""
         self.name, self.mask_variable = name, mask_variable
         self._env, self._listing = env, listing

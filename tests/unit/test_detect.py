@@ -8,10 +8,9 @@ import pytest
 
 from harness import platform as platforms
 from harness.errors import DeviceMaskError, PlatformError
-from harness.platform import detect
+from harness.platform import detect, nvidia
 from harness.platform.amd import AmdPlatform
 from harness.platform.host import HostPlatform
-from harness.platform import nvidia
 from harness.platform.nvidia import NvidiaPlatform
 from harness.platform.pending import PendingPlatform
 from tests.fakes import driver_listing, gpu
@@ -187,7 +186,9 @@ def test_a_listing_nvml_contradicts_is_an_error_and_a_bad_mask_is_one_without_nv
     fake_gpus([gpu(0), gpu(1)])
     listing = nvidia.driver_listing(*driver_listing(tmp_path, [gpu(0), gpu(2)]))
     env = {**os.environ, "HARNESS_PLATFORM": "cuda"}
-    with pytest.raises(PlatformError, match="the driver lists the visible GPUs as .*, its management library"):
+    with pytest.raises(
+        PlatformError, match="the driver lists the visible GPUs as .*, its management library"
+    ):
         PendingPlatform("cuda", "CUDA_VISIBLE_DEVICES", env, listing).memory()
     fake = importlib.import_module("tests.fakes.pynvml")
     platforms._initialised.cache_clear()

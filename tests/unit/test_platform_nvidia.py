@@ -1,4 +1,4 @@
-"""NvidiaPlatform over the fake NVML: visible→physical mapping, bytes, one pass, errors; the driver's listing."""
+"""NvidiaPlatform over the fake NVML: visible→physical mapping, bytes, one pass, errors; the driver's list."""
 
 import importlib
 import shutil
@@ -114,7 +114,7 @@ def test_the_drivers_listing_names_the_gpus_in_bus_order_without_nvml(tmp_path):
 
 
 def test_the_listing_leaves_out_gpus_this_process_cannot_open_and_excluded_ones(tmp_path):
-    """A container without the toolkit's procfs masking sees every GPU there, but only its own device files."""
+    """A container without the toolkit's procfs masking sees every GPU there, but only its device files."""
     gpus, dev = driver_listing(tmp_path, [gpu(0), gpu(1), gpu(2)], excluded=(2,))
     (dev / "nvidia0").unlink()
     assert nvidia.driver_listing(gpus, dev) == [gpu(1)["uuid"]]
