@@ -255,7 +255,7 @@ def _visible_gpus(config: pytest.Config) -> int:
 def _carrying(items: list[pytest.Item], names: frozenset[str]) -> list[pytest.Item]:
     """The items with a marker of one of ``names`` on themselves or a parent node, each parent looked at
     once: ``get_closest_marker`` on every item walks every parent every time, a cost on thousands of tests
-    when none of them is marked."""
+    when none of them is marked. Only parents are remembered: each item is looked at once anyway."""
     seen: dict[int, bool] = {}
 
     def marked(node) -> bool:
@@ -265,7 +265,7 @@ def _carrying(items: list[pytest.Item], names: frozenset[str]) -> list[pytest.It
             seen[id(node)] = any(m.name in names for m in node.own_markers) or marked(node.parent)
         return seen[id(node)]
 
-    return [item for item in items if marked(item)]
+    return [item for item in items if any(m.name in names for m in item.own_markers) or marked(item.parent)]
 
 
 def _distributed_as_gpus(items: list[pytest.Item]) -> None:
