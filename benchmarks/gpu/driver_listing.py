@@ -17,11 +17,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.platform import detect, detect_later
-from harness.platform.nvidia import driver_listing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the trivial suite
+
+from trivial import ARGS, suite  # noqa: E402
+
+from harness.ledger import events  # noqa: E402
+from harness.platform import detect, detect_later  # noqa: E402
+from harness.platform.nvidia import driver_listing  # noqa: E402
 
 SESSION = """
-import sys, threading, pytest
+import json, sys, threading, pytest
 code = pytest.main(sys.argv[1:])
 print(json.dumps({"code": int(code), "pynvml": "pynvml" in sys.modules, "threads": threading.active_count()}))
 """
@@ -38,33 +43,17 @@ def main() -> int:
         print(f"CUDA_VISIBLE_DEVICES={index}: named {named}, NVML {listed}")
         agreed &= named == listed
     with tempfile.TemporaryDirectory() as directory:
-        root = Path(directory)
-        (root / "test_trivial.py").write_text("".join(f"def test_{n}():\n    pass\n" for n in range(20)))
-        (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+        ledger = Path(directory) / "ledger"
         done = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import json\n" + SESSION,
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "--harness",
-                f"--harness-ledger-dir={root / 'ledger'}",
-                "test_trivial.py",
-            ],
-            cwd=root,
+            [sys.executable, "-c", SESSION, *ARGS, "--harness", f"--harness-ledger-dir={ledger}"],
+            cwd=suite(Path(directory), 20),
             env={**os.environ, "HARNESS_PLATFORM": "cuda"},
             capture_output=True,
             text=True,
             check=False,
         )
         session = json.loads(done.stdout.strip().splitlines()[-1])
-        [worker] = [
-            json.loads(line)
-            for line in (root / "ledger" / "main.jsonl").read_text().splitlines()
-            if json.loads(line)["event"] == "worker"
-        ]
+        [worker] = [event for event in events(ledger / "main.jsonl") if event["event"] == "worker"]
     print(
         f"a cuda session of 20 trivial tests: exit {session['code']}, pynvml imported: {session['pynvml']}, "
         f"threads at the end: {session['threads']}, its worker event's devices: {worker['devices']}"

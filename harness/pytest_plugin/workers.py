@@ -63,17 +63,19 @@ def process_context(config: pytest.Config) -> Context:
 def listed(config: pytest.Config) -> Platform:
     """This session's platform with its devices listed. A forced GPU platform lists them when needed
     (``detect_later``), so what stops that listing (no NVML, a bad mask) is raised here, as a usage error."""
-    try:
-        return process_context(config).platform.ready()
-    except HarnessError as error:
-        raise pytest.UsageError(str(error)) from None
+    return _asked(process_context(config).platform.ready)
 
 
 def visible_uuids(config: pytest.Config) -> list[str]:
     """This session's visible devices' UUIDs, which a forced cuda platform names from the driver's list,
     without NVML; what stops that (a bad mask, no NVML where the driver lists none) is a usage error."""
+    return _asked(process_context(config).platform.uuids)
+
+
+def _asked(question):
+    """``question()``; a ``HarnessError`` it raises is the session's usage error."""
     try:
-        return process_context(config).platform.uuids()
+        return question()
     except HarnessError as error:
         raise pytest.UsageError(str(error)) from None
 
@@ -258,14 +260,17 @@ def _carrying(items: list[pytest.Item], names: frozenset[str]) -> list[pytest.It
     when none of them is marked. Only parents are remembered: each item is looked at once anyway."""
     seen: dict[int, bool] = {}
 
+    def own(node) -> bool:
+        return any(m.name in names for m in node.own_markers)
+
     def marked(node) -> bool:
         if node is None:
             return False
         if id(node) not in seen:
-            seen[id(node)] = any(m.name in names for m in node.own_markers) or marked(node.parent)
+            seen[id(node)] = own(node) or marked(node.parent)
         return seen[id(node)]
 
-    return [item for item in items if any(m.name in names for m in item.own_markers) or marked(item.parent)]
+    return [item for item in items if own(item) or marked(item.parent)]
 
 
 def _distributed_as_gpus(items: list[pytest.Item]) -> None:
