@@ -6,6 +6,8 @@ Diagnostic only: a worker killed mid-session would lose these lines."""
 
 from __future__ import annotations
 
+import pytest
+
 from harness.ledger.writer import LedgerWriter
 
 _HELD: list[tuple[LedgerWriter, bytes]] = []
@@ -22,8 +24,9 @@ def _held(self: LedgerWriter, data: bytes) -> None:
 LedgerWriter._write = _held  # type: ignore[method-assign]
 
 
+@pytest.hookimpl(tryfirst=True)  # before the harness closes its writer
 def pytest_unconfigure() -> None:
     for writer, data in _HELD:
-        if not writer._file.closed:
+        if writer._closed.alive:
             _write(writer, data)
     _HELD.clear()

@@ -60,7 +60,7 @@ def events(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _contents(path: Path) -> bytes:
-    """One ledger file's bytes (none when it is missing); a symlink or an oversized file is refused."""
+    """One ledger file's lines (none when it is missing); a symlink or an oversized file is refused."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
@@ -75,7 +75,7 @@ def _contents(path: Path) -> bytes:
         raise HarnessError(
             f"{path}: ledger file larger than {MAX_FILE_BYTES >> 20} MiB, not one the harness wrote"
         )
-    return data
+    return data.rstrip(b"\0")  # the zero tail of a file still written, or of a killed writer's
 
 
 def _line_start(event: str) -> bytes:

@@ -1,8 +1,9 @@
 """The crash-safe runner ledger: one JSON-lines file per worker, merged into records when read.
 
-Each event is flushed and fsynced before the code it describes goes on, so a worker killed at any point
-(SIGKILL, ``os._exit`` from pytest-timeout) loses nothing already written. Readers tolerate a torn last
-line and report a runner that started but never stopped as ``never-stopped``.
+Each event is in the kernel's hands (runner events also on disk) before the code it describes goes on,
+so a worker killed at any point (SIGKILL, ``os._exit`` from pytest-timeout) loses nothing already written
+(``harness.ledger.files``). Readers tolerate a torn last line and report a runner that started but never
+stopped as ``never-stopped``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from json.encoder import encode_basestring_ascii as _quoted
 from pathlib import Path
 from typing import Any
 
+from harness.ledger import files
 from harness.ledger.notable import NOTABLE
 
 _ENCODER = json.JSONEncoder(default=str)  # one encoder for every event: json.dumps builds one per call
@@ -27,7 +29,7 @@ _ENCODER = json.JSONEncoder(default=str)  # one encoder for every event: json.du
 class LedgerWriter:
     """Appends events to ``<directory>/<worker>.jsonl``; one writer per process (``worker``: ``gw0``...,
     ``main`` outside xdist, ``controller`` for what only the xdist controller sees, ``<worker>.<pid>`` in a
-    test's forked or spawned child)."""
+    test's forked or spawned child, or while another live process writes ``<worker>.jsonl``)."""
 
     def __init__(self, directory: str | os.PathLike, worker: str):
         self.directory = Path(directory)
@@ -58,23 +60,22 @@ class LedgerWriter:
         )
 
     def _open(self, worker: str) -> None:
-        self.worker = worker
-        self.path = self.directory / f"{worker}.jsonl"
-        # never through a symlink: the ledger would land (and be counted) outside its run directory
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-        # unbuffered: each event is one system call, and nothing is lost with the process
-        self._file = open(os.open(self.path, flags, 0o644), "ab", buffering=0)  # noqa: SIM115
-        inherited = os.fstat(self._file.fileno()).st_size > 0  # a predecessor's (a restarted xdist worker)
-        if inherited and not _ends_a_line(self.path):
-            self._write(b"\n")  # a predecessor killed mid-line: keep our first event off its torn line
-        self._ids = itertools.count(self._next_id_number() if inherited else 1)
+        file = files.claim(self.directory / f"{worker}.jsonl")
+        if file is None:  # another session writes there (one ledger directory for two at once)
+            worker = f"{worker}.{os.getpid()}"
+            file = files.claim(self.directory / f"{worker}.jsonl")
+            assert file is not None  # no other live process has this pid
+        self.worker, self.path, self._file = worker, self.directory / f"{worker}.jsonl", file
+        self._closed = weakref.finalize(self, file.close)  # its zero tail cut at the interpreter's exit too
+        # a predecessor's lines (a restarted xdist worker): its runner ids go on
+        self._ids = itertools.count(self._next_id_number() if file.found else 1)
 
     def _forked(self) -> None:
         """In a forked child: a fresh lock (the parent's is held), ``<worker>.<pid>.jsonl`` and its ids."""
         self._lock = threading.Lock()
-        if self._file.closed:
+        if not self._closed.detach():  # closed before the fork
             return
-        self._file.close()  # nothing is buffered
+        self._file.detach()
         self._open(f"{self.worker.split('.')[0]}.{os.getpid()}")
 
     def _next_id_number(self) -> int:
@@ -89,8 +90,8 @@ class LedgerWriter:
     def write(self, event: str, *, sync: bool = True, **fields: Any) -> dict:
         """Write one event; returns it as written.
 
-        One unbuffered write hands the line to the kernel, which keeps it through SIGKILL and ``os._exit``;
-        ``sync`` also fsyncs it to survive a host crash. Runner events sync; per-test events, thousands per
+        The line is in the kernel's hands once written, kept through SIGKILL and ``os._exit``; ``sync`` also
+        puts it on disk to survive a host crash. Runner events sync; per-test events, thousands per
         run, skip the fsync (one each doubled the wall of 2000 trivial tests).
         """
         record = {"event": event, "t": time.time(), **fields}  # "event" first: readers may skip by it
@@ -100,7 +101,7 @@ class LedgerWriter:
         with self._lock:
             self._write(line)
             if sync:
-                os.fsync(self._file.fileno())
+                self._file.sync()
         return record
 
     def test(
@@ -134,14 +135,11 @@ class LedgerWriter:
         self._write(line.encode())  # unlocked: see ``_write``
 
     def _write(self, data: bytes) -> None:
-        """One ``write`` system call on an ``O_APPEND`` file, which the kernel keeps whole against the
-        sampler thread's lines; the lock around other events serialises what a short write would split (a
-        regular file takes a line whole) and keeps a fork from meeting one half done. A test's line comes
-        from the thread that runs the tests, which is also the one that forks, and skips it: the lock cost
-        as much as the write, every test."""
-        written = self._file.write(data)
-        if written < len(data):  # a regular file takes it whole; a short write goes on where it stopped
-            self._write(data[written:])
+        """One line into the file, which keeps it whole against the sampler thread's lines; the lock around
+        other events also keeps a fork from meeting one half done. A test's line comes from the thread that
+        runs the tests, which is also the one that forks, and skips it: the lock cost as much as the
+        line, every test."""
+        self._file.write(data)
 
     def alone_and_quiet(self) -> bool:
         """Whether this writer wrote no NOTABLE event and its file is its directory's only one (no forked
@@ -150,10 +148,4 @@ class LedgerWriter:
         return not self.notable and os.listdir(self.directory) == [self.path.name]
 
     def close(self) -> None:
-        self._file.close()
-
-
-def _ends_a_line(path: Path) -> bool:
-    with open(path, "rb") as file:
-        file.seek(-1, os.SEEK_END)
-        return file.read(1) == b"\n"
+        self._closed()

@@ -97,6 +97,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.stash[_SAMPLER].stop()
     if _DIR in config.stash:
         here = process_context(config)
+        if here.writer is not None:
+            here.writer.close()  # its file's zero tail cut now, not at the interpreter's exit
         here.writer = here.pool = None
     outer = config.stash.get(_OUTER_CHILD, None)
     if outer is None:

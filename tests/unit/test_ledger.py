@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import threading
 
 import pytest
 
 from harness import ledger
 from harness.errors import HarnessError
+from harness.ledger import files
 
 pytest_plugins = ["pytester"]
 
@@ -25,6 +28,7 @@ def test_events_are_json_lines_per_worker(tmp_path):
     writer = ledger.LedgerWriter(tmp_path, worker="gw1")
     run_id = _start(writer)
     writer.write("runner-started", id=run_id, startup_s=1.5, mem_after_start={"GPU-0": 7})
+    writer.close()
     lines = (tmp_path / "gw1.jsonl").read_text().splitlines()
     assert [json.loads(line)["event"] for line in lines] == ["runner-start", "runner-started"]
     assert run_id == "gw1-1"
@@ -55,6 +59,8 @@ def test_the_test_line_reads_back_as_the_general_writers_own(tmp_path, nodeid, s
         teardown_s=teardown_s,
         next=following,
     )
+    fast.close()
+    general.close()
     read = [json.loads((tmp_path / name / "main.jsonl").read_text()) for name in ("fast", "general")]
     assert abs(read[0].pop("t") - read[1].pop("t")) < 1
     assert read[0] == read[1]
@@ -68,6 +74,7 @@ def test_a_test_line_names_its_own_test_after_one_that_announced_another(tmp_pat
     writer.test("t.py::test_a", "passed", 0.0, 0.0, 0.0, announced)
     writer.test(announced, "passed", 0.0, 0.0, 0.0, "t.py::test_c")
     writer.test("t.py::test_d", "failed", 0.0, 0.0, 0.0, None)  # not the announced test_c
+    writer.close()
     lines = [json.loads(line) for line in (tmp_path / "main.jsonl").read_text().splitlines()]
     assert [(e["nodeid"], e["next"]) for e in lines] == [
         ("t.py::test_a", "t.py::test_b"), ("t.py::test_b", "t.py::test_c"), ("t.py::test_d", None)
@@ -319,6 +326,7 @@ def test_a_ledger_file_is_never_opened_through_a_symlink(tmp_path):
 def test_nan_and_infinite_numbers_in_a_ledger_read_as_null_so_none_reaches_report_json(tmp_path):
     writer = ledger.LedgerWriter(tmp_path, worker="gw0")
     writer.write("test", nodeid="t.py::x", file="t.py", outcome="passed", call_s=float("nan"))
+    writer.close()
     with open(tmp_path / "gw0.jsonl", "a") as handle:
         handle.write('{"event": "test", "t": 1, "nodeid": "t.py::y", "outcome": "passed", "call_s": 1e400}\n')
     assert [t["call_s"] for t in ledger.read(tmp_path).tests] == [None, None]
@@ -384,24 +392,100 @@ def test_quiet_says_whether_a_ledger_holds_anything_to_account_for(tmp_path):
     assert not ledger.quiet(tmp_path / "runner")
 
 
+LINES = 8000  # about 2 MiB of both kinds of line: past the map's first chunk twice
+
+
 def test_test_lines_and_another_threads_events_all_come_back_whole(tmp_path):
-    """A test's line is written without the writer's lock (one system call on an append-only file), while
-    the sampler's thread writes its events under it: every line of both comes back, none torn."""
+    """A test's line is written without the writer's lock (one copy into the map, whole under the GIL), while
+    the sampler's thread writes its events under it: every line of both comes back, none torn, over
+    several of the map's growths."""
     writer = ledger.LedgerWriter(tmp_path, worker="main")
     done = threading.Event()
 
     def sample() -> None:
-        for n in range(2000):
+        for n in range(LINES):
             writer.write("memory", sync=False, used={"GPU-1": n})
         done.set()
 
     thread = threading.Thread(target=sample)
     thread.start()
-    for n in range(2000):
+    for n in range(LINES):
         writer.test(f"t.py::test_{n}", "passed", 0.0, 0.0, 0.0, f"t.py::test_{n + 1}")
     thread.join()
     assert done.is_set()
+    writer.close()
     lines = (tmp_path / "main.jsonl").read_text().splitlines()
     events = [json.loads(line) for line in lines]  # a torn line would not parse
-    assert sum(e["event"] == "memory" for e in events) == 2000
-    assert [e["nodeid"] for e in events if e["event"] == "test"] == [f"t.py::test_{n}" for n in range(2000)]
+    assert sum(e["event"] == "memory" for e in events) == LINES
+    assert [e["nodeid"] for e in events if e["event"] == "test"] == [f"t.py::test_{n}" for n in range(LINES)]
+
+
+def test_a_killed_writers_lines_stay_and_its_replacement_goes_on_after_them(tmp_path):
+    """A writer killed mid-session (``os._exit``, nothing closed) leaves its lines and the zero tail of its
+    map; readers take the lines, and a replacement worker writes on right after them, with no zeros left
+    between or after once it closes."""
+    pid = os.fork()
+    if pid == 0:
+        killed = ledger.LedgerWriter(tmp_path, worker="gw0")
+        _start(killed)
+        killed.test("t.py::a", "passed", 0.0, 0.0, 0.0, "t.py::b")
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert (tmp_path / "gw0.jsonl").read_bytes().endswith(b"\0")
+    assert [t["nodeid"] for t in ledger.read(tmp_path).tests] == ["t.py::a", "t.py::b"]  # b: died in it
+    replacement = ledger.LedgerWriter(tmp_path, worker="gw0")
+    assert _start(replacement) == "gw0-2"
+    replacement.close()
+    data = (tmp_path / "gw0.jsonl").read_bytes()
+    assert b"\0" not in data and data.endswith(b"\n") and len(data.splitlines()) == 3
+
+
+def test_a_second_live_writer_of_a_name_writes_a_file_of_its_own(tmp_path):
+    """Two sessions at once in one ledger directory: the second gets ``<worker>.<pid>.jsonl``, since a
+    mapped file takes one process's lines; every line of both comes back."""
+    first = ledger.LedgerWriter(tmp_path, worker="main")
+    second = ledger.LedgerWriter(tmp_path, worker="main")
+    assert (first.path.name, second.path.name) == ("main.jsonl", f"main.{os.getpid()}.jsonl")
+    _start(first, model="a")
+    _start(second, model="b")
+    assert sorted(r["model"] for r in ledger.read(tmp_path).records) == ["a", "b"]
+
+
+def test_a_file_system_that_maps_no_files_gets_one_write_a_line(tmp_path, monkeypatch):
+    """Where ``mmap`` fails (some FUSE or 9p mounts; faked here), each line is one ``write`` call."""
+
+    def unmappable(*args, **kwargs):
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(mmap, "mmap", unmappable)
+    writer = ledger.LedgerWriter(tmp_path, worker="main")
+    writer.test("t.py::a", "passed", 0.0, 0.0, 0.0, None)
+    assert (tmp_path / "main.jsonl").read_bytes().startswith(b'{"event": "test"')  # no zeros, open or not
+    assert [t["nodeid"] for t in ledger.read(tmp_path).tests] == ["t.py::a"]
+
+
+def test_a_tests_line_costs_no_system_call(tmp_path):
+    """The ledger line every test writes is a copy into a shared map: no ``write`` call (Linux counts them
+    per process in ``/proc/self/io``); one each was most of a trivial test's ledger cost."""
+    writer = ledger.LedgerWriter(tmp_path, worker="main")
+    before = _write_calls()
+    for n in range(1000):
+        writer.test(f"t.py::test_{n}", "passed", 0.0, 0.0, 0.0, f"t.py::test_{n + 1}")
+    assert _write_calls() - before < 10
+    assert len(ledger.read(tmp_path).tests) == 1001  # the last one announced, never ended
+
+
+def _write_calls() -> int:
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("syscw:"))
+
+
+def test_a_mapped_file_grows_past_its_first_chunk_and_closes_to_its_lines(tmp_path):
+    writer = ledger.LedgerWriter(tmp_path, worker="main")
+    tests = 2 * files.CHUNK // 150  # lines of about 150 bytes: two chunks' worth
+    for n in range(tests):
+        writer.test(f"t.py::test_{n}", "passed", 0.0, 0.0, 0.0, None)
+    assert len(ledger.read(tmp_path).tests) == tests  # read while open, its zero tail dropped
+    writer.close()
+    data = (tmp_path / "main.jsonl").read_bytes()
+    assert len(data) > 2 * files.CHUNK and data.endswith(b"\n") and b"\0" not in data
