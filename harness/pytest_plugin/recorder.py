@@ -79,7 +79,8 @@ def _ledger_dir(config: pytest.Config, settings: Settings) -> Path:
 
 
 def _record(config: pytest.Config, here: Context) -> None:
-    """This process's ledger, the runner patches, the test recorder and the reuse pool."""
+    """This process's ledger, the runner patches, the test recorder, the reuse pool and the frozen
+    collection."""
     here.owner.worker = worker_id(config)
     here.writer = writer = ledger.LedgerWriter(config.stash[_DIR], worker=here.owner.worker)
     patches.install()
@@ -90,6 +91,10 @@ def _record(config: pytest.Config, here: Context) -> None:
 
         here.pool = reuse.Pool(writer, here.settings.reuse_engines)
         config.pluginmanager.register(_Reuse(here.pool), "harness-reuse")
+    if here.settings.freeze_collected:
+        from harness.pytest_plugin.frozen import Frozen
+
+        config.pluginmanager.register(Frozen(), "harness-frozen")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
