@@ -27,6 +27,6 @@ LedgerWriter._write = _held  # type: ignore[method-assign]
 @pytest.hookimpl(tryfirst=True)  # before the harness closes its writer
 def pytest_unconfigure() -> None:
     for writer, data in _HELD:
-        if writer._closed.alive:
+        if writer._closer.alive:
             _write(writer, data)
     _HELD.clear()

@@ -66,14 +66,14 @@ class LedgerWriter:
             file = files.claim(self.directory / f"{worker}.jsonl")
             assert file is not None  # no other live process has this pid
         self.worker, self.path, self._file = worker, self.directory / f"{worker}.jsonl", file
-        self._closed = weakref.finalize(self, file.close)  # its zero tail cut at the interpreter's exit too
+        self._closer = weakref.finalize(self, file.close)  # its zero tail cut at the interpreter's exit too
         # a predecessor's lines (a restarted xdist worker): its runner ids go on
         self._ids = itertools.count(self._next_id_number() if file.found else 1)
 
     def _forked(self) -> None:
         """In a forked child: a fresh lock (the parent's is held), ``<worker>.<pid>.jsonl`` and its ids."""
         self._lock = threading.Lock()
-        if not self._closed.detach():  # closed before the fork
+        if not self._closer.detach():  # closed before the fork
             return
         self._file.detach()
         self._open(f"{self.worker.split('.')[0]}.{os.getpid()}")
@@ -148,4 +148,4 @@ class LedgerWriter:
         return not self.notable and os.listdir(self.directory) == [self.path.name]
 
     def close(self) -> None:
-        self._closed()
+        self._closer()

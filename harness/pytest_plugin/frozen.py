@@ -26,9 +26,8 @@ class Frozen:
 
     @pytest.hookimpl(trylast=True)  # after every plugin has built and filtered the items
     def pytest_collection_finish(self) -> None:
-        if (
-            gc.get_freeze_count()
-        ):  # an outer session (pytest run in process by a test) froze: its to hand back
+        # an outer session (a pytest run in process by a test) froze already: those are its to hand back
+        if gc.get_freeze_count():
             return
         gc.freeze()
         self.froze = True
@@ -36,4 +35,3 @@ class Frozen:
     def pytest_unconfigure(self) -> None:
         if self.froze:
             gc.unfreeze()
-            self.froze = False
