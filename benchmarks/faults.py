@@ -1,5 +1,6 @@
-"""Faults injected into real ``harness run`` processes: is every test accounted for, the exit code right,
-no process left behind, and every ledger event written before the fault kept?
+"""Backs docs/measurements.md § Faults and README.md § Exit codes: faults injected into real ``harness run``
+processes; prints one row a cell (is every test accounted for, the exit code right, no process left
+behind, every ledger event written before the fault kept?) and how many cells hold.
 
 Each cell is one ``harness run`` of a small suite on the CPU platform: ``tests/test_fault.py`` (a test
 before the fault, the faulty test, two after it) and ``tests/test_other.py`` (two plain tests), in one

@@ -1,5 +1,6 @@
-"""What freezing the collection saves a suite that collects after every test, as vLLM's conftest does
-(``cleanup_dist_env_and_memory``: ``gc.collect()`` and an emptied device cache after each test).
+"""Backs docs/measurements.md § Garbage-collection freeze: prints what freezing the collection saves a suite
+that collects after every test, as vLLM's conftest does (``cleanup_dist_env_and_memory``:
+``gc.collect()`` and an emptied device cache after each test).
 
     python benchmarks/gc_freeze.py [--tests 200] [--rounds 3] [--imports torch,transformers,vllm]
 

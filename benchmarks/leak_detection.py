@@ -1,4 +1,5 @@
-"""Seconds from a blocked runner start to its error: the harness's admission check vs a plain memory wait.
+"""Backs docs/measurements.md § Catching the live engine: prints the seconds from a blocked runner start to
+its error, the harness's admission check vs a plain memory wait.
 
 The machine is a fake 80 GiB GPU (tests/fakes/pynvml over FAKE_GPUS_FILE) on which a module-scoped
 engine declared and took 0.92 of the memory and never gives it back while the module runs, the shape of

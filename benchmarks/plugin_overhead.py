@@ -1,4 +1,5 @@
-"""Wall-time ratio of 2000 trivial tests with the harness plugin asked vs plain pytest (goal <= 1.05).
+"""Backs README.md § What it costs and docs/measurements.md § Plugin overhead: the wall ratio of 2000
+trivial tests with the harness asked vs plain pytest (goal <= 1.05), with its 95 % interval.
 
     python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15] [--instructions [--keep DIR]]
         [--with ARGS] [--together] [--one-blas-thread]
@@ -11,18 +12,13 @@ A round runs the two in the order plain, with, with, plain (the next round the o
 host whose speed drifts within a round slows both sides alike; each side's faster run counts, since
 another process on the host only ever slows a run. The figure is the median of the rounds' ratios. Each
 round's walls are printed so noise is visible; the ratio of the medians and the CPU seconds' ratio are
-printed above the figure. ``--with`` gives the other side other pytest arguments, e.g.
-``--with='-p no:harness -p nvml_only'`` (plain pytest with the harness's NVML start alone,
-benchmarks/nvml_only.py, benchmarks/ on PYTHONPATH): what any plugin that reads the GPUs at a session's
-start pays. ``--together`` starts each round's plain and with runs at the same moment, in two pairs
-(one launched plain first, the other with first), so both sides of a pair meet the host's load of that
-moment. On the GPU host a pair still differed by up to 25 %: there the noise is each process's own
-(docs/gpu-2026-12-02c). ``--instructions`` also counts the instructions each variant executes, one run
-each under valgrind's cachegrind: a figure no other load on the host moves (it leaves out kernel time);
-``--keep DIR`` keeps cachegrind's per-function files there. ``--one-blas-thread`` times both sides with
-one BLAS thread, as the counted runs have: on the GPU host a third-party plugin imports numpy in every
-pytest run, plain or not, and its OpenBLAS pool of 15 spinning threads gave plain pytest 3.6 CPU seconds
-for 1.7 s of wall, and the walls of both sides two modes, about 1.6 s and 2.3 s (docs/gpu-2026-12-02f).
+printed above the figure. ``--with`` gives the other side other pytest arguments. ``--together`` starts
+each round's plain and with runs at the same moment, in two pairs (one launched plain first, the other
+with first), so both sides of a pair meet the host's load of that moment. ``--instructions`` also counts
+the instructions each variant executes, one run each under valgrind's cachegrind: a figure no other load
+on the host moves (it leaves out kernel time); ``--keep DIR`` keeps cachegrind's per-function files
+there. ``--one-blas-thread`` times both sides with one BLAS thread, as the counted runs have: on a host
+where a third-party plugin imports numpy in every pytest run, its OpenBLAS pool spins beside pytest.
 """
 
 from __future__ import annotations

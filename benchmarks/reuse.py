@@ -1,4 +1,5 @@
-"""vLLM starts and wall of the naive pooling example with and without engine reuse, next to the shipped suite.
+"""Backs docs/measurements.md § Engine reuse: vLLM starts and wall of the naive pooling example with and
+without engine reuse, next to the shipped suite; prints the table and ``reuse: starts N of M distinct``.
 
     python benchmarks/reuse.py [--out DIR] [--runs shipped,naive-off,naive-on,naive-history]
 

@@ -1,4 +1,5 @@
-"""How even are the shards? max/mean shard seconds for LPT and hash sharding of a recorded run.
+"""Backs docs/measurements.md § Shards: prints max/mean shard seconds for LPT and hash sharding of a
+recorded run (how even are the shards?).
 
     python benchmarks/shard_balance.py REPORT_OR_RUN_DIR [--counts 2,4,8]
 

@@ -1,5 +1,6 @@
-"""The suite of trivial tests the overhead benchmarks run (plugin_overhead, session_cost, per_test_profile),
-the environment they run it in, and a timed pytest process."""
+"""Backs docs/measurements.md § Plugin overhead and § Garbage-collection freeze (through plugin_overhead.py
+and gc_freeze.py, which print the figures): the suite of trivial tests they run, the environment they run
+it in, a timed pytest process, and the median's confidence interval."""
 
 from __future__ import annotations
 
@@ -32,13 +33,6 @@ def environment() -> dict[str, str]:
     installed package: with ``PYTHONDONTWRITEBYTECODE=1`` (set on some machines) every run compiled the
     harness's modules from source, which plain pytest's precompiled modules never pay."""
     return {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
-
-
-def thread_cpu(thread: int) -> float:
-    """User and system seconds so far of this process's thread ``thread`` (its id; Linux's ``/proc``)."""
-    with open(f"/proc/self/task/{thread}/stat") as file:
-        fields = file.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def ledger(args: list[str], directory: Path) -> list[str]:

@@ -1,4 +1,5 @@
-"""vLLM 0.32.0's own tests, its own conftest, on the CPU: plain pytest vs ``harness run`` (default phases).
+"""Backs docs/measurements.md § vLLM's own tests: vLLM 0.32.0's own tests, its own conftest, on the CPU,
+plain pytest vs ``harness run`` (default phases); prints outcomes, starts per file and wall of both.
 
     python benchmarks/vllm_upstream.py --work DIR [--keyword EXPR] [--kv-cache-gib N]
 

@@ -1,4 +1,5 @@
-"""One pooling engine started in a plain script: what a vLLM start costs with no test suite around it.
+"""Backs docs/validation.md § Real vLLM 0.26.0 (engine starts, in_child): one pooling engine started in a
+plain script, what a vLLM start costs with no test suite around it; prints its seconds.
 
     python3 benchmarks/gpu/engine_start.py [--cuda-first]
 

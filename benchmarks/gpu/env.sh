@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# Backs docs/validation.md § Real vLLM 0.26.0 (the environment its figures ran in; prints nothing itself).
 # Sourced by every command on the GPU machine after `benchmarks/gpu/stage.sh install`: the project (which
 # real_vllm.sh installs into PROJECT_SITE) and the staged wheels (SITE) before the image's packages, the
 # hub offline, and vLLM's FlashInfer sampler off: flashinfer is not staged, and without this the engine

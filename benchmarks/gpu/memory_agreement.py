@@ -1,4 +1,5 @@
-"""Do harness's NVML readings agree with torch? ``python memory_agreement.py doctor.json`` prints JSON.
+"""Backs docs/validation.md § Without vLLM: do harness's NVML readings agree with torch?
+``python memory_agreement.py doctor.json`` prints JSON.
 
 Free bytes are compared (NVML's ``used`` includes ~615 MiB the driver reserves, which torch's total omits),
 and used/total each within 1 % of torch's view of the same device, matched by UUID.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Real vLLM 0.26.0 on CUDA under the harness, on the lent H200 machine: the successor of validate.sh's
-# vLLM part. Needs `benchmarks/gpu/stage.sh install` done on the same machine. Three device calls, each
+# Backs docs/validation.md § Real vLLM 0.26.0: real vLLM 0.26.0 on CUDA under the harness, on the lent
+# H200 machine (the successor of validate.sh's vLLM part); each figure is a line of $OUT/figures.txt. Needs `benchmarks/gpu/stage.sh install` done on the same machine. Three device calls, each
 # under 9 minutes, in order of priority (a short lease drops the last):
 #   real_vllm.sh part1  the machine; (d) one engine start in a plain script, fresh and after CUDA init;
 #                       (a) harness run pooling, then generation, on every GPU                   ~5-6 min

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Backs docs/validation.md § Real vLLM 0.26.0 (the set-up its figures ran on; prints `import vllm`'s time).
 # Stages real vLLM 0.26.0 on the GPU machine, which has no network: its wheel (split in 60 MiB parts),
 # the wheels the machine's image lacks, and the float16 all-MiniLM-L6-v2, carried in git-ignored folders
 # .xfer/c1 .. .xfer/cN (each under the 64 MiB one device call takes; .xfer/MANIFEST.txt lists them).

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Proves harness's CUDA paths on an NVIDIA machine in one go (issue 8); docs/validation.md summarises a run.
+# Backs docs/validation.md § Without vLLM: proves harness's CUDA paths on an NVIDIA machine in one go
+# (NVML against torch, one worker per GPU, a module-scoped hold blocked and named, a leak found); each
+# figure is a line of OUT_DIR/figures.txt.
 #   benchmarks/gpu/validate.sh OUT_DIR [POOLING_MODEL]
 # Needs harness, nox and pytest-xdist/timeout importable (the device call installs them from wheels first).
 # Every step writes its own files into OUT_DIR and a line into OUT_DIR/figures.txt; a failing step does
@@ -67,7 +69,6 @@ for shape in ("hold_module", "hold_class", "leak"):
 PY
 cd - > /dev/null
 
-step "5. cost of one NVML poll of all devices, and the plugin's per-test overhead"
-python3 "$here/nvml_poll.py" | tee -a "$out/figures.txt"
+step "5. the plugin's overhead on this host"
 python3 benchmarks/plugin_overhead.py --rounds 5 2>&1 | tee -a "$out/figures.txt"
 echo; echo "=== done ($(date -u +%T))"

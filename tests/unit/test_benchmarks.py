@@ -13,7 +13,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 plugin_overhead = importlib.import_module("plugin_overhead")  # fails, never skips, if it breaks
 trivial = importlib.import_module("trivial")
-python_lines = importlib.import_module("python_lines")
 
 FORKED = """==25753== Cachegrind, a high-precision tracing profiler
 ==25753== Command: python -m pytest -q test_trivial.py --harness
@@ -69,22 +68,3 @@ def test_the_medians_interval_is_the_binomial_order_statistics():
 
 def test_too_few_rounds_give_their_whole_range():
     assert trivial.median_interval([1.2, 0.9, 1.0]) == (0.9, 1.2)
-
-
-def test_the_line_tracer_counts_each_call_of_each_side(tmp_path):
-    """python_lines.py's counts: three report hooks a test with the harness, none of the harness's without."""
-    root, env = trivial.suite(tmp_path, 5), trivial.environment()
-    plain = python_lines.counted(["-p", "no:harness"], root, env, tmp_path / "plain.json")
-    with_plugin = python_lines.counted(["--harness"], root, env, tmp_path / "with.json")
-    logreport = [key for key in with_plugin if key[1:] == ("pytest_runtest_logreport", "calls")]
-    recorder = next(key for key in logreport if key[0].endswith("recorder.py"))
-    assert with_plugin[recorder] == 15
-    assert not any("/harness/" in key[0] for key in plain)  # (an editable install's finder runs in both)
-
-
-def test_a_functions_file_is_named_from_its_package_on():
-    """The GPU host keeps the interpreter and the harness elsewhere than this machine: one name for both."""
-    installed = "/opt/torch/.venv/lib/python3.12/site-packages/harness/pytest_plugin/recorder.py"
-    assert python_lines.short(installed) == "harness/pytest_plugin/recorder.py"
-    assert python_lines.short("/tmp/harness-site/harness/ledger/writer.py") == "harness/ledger/writer.py"
-    assert python_lines.short("/usr/lib/python3.12/pathlib.py") == ".12/pathlib.py"

@@ -123,7 +123,7 @@ def pytest_unconfigure(config):
 
 
 def test_a_session_that_starts_no_runner_loads_only_what_it_writes_with(pytester, monkeypatch):
-    """What a session that builds no runner pays for (benchmarks/session_cost.py): not the reader (its
+    """What a session that builds no runner pays for (benchmarks/plugin_overhead.py): not the reader (its
     summary is told from its own writer), the runners, the recording path or the GPU backends."""
     monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
     pytester.makeconftest(LOADED)

@@ -1,4 +1,5 @@
-"""vLLM PR #52570's shape with a decoder: a module-scoped engine still alive when a later test builds its own.
+"""Backs docs/validation.md § Real vLLM 0.26.0 (via real_vllm.sh part2): vLLM PR #52570's shape with a
+decoder, a module-scoped engine still alive when a later test builds its own.
 
 A decoder's KV cache takes the engine's whole share of the GPU, so vLLM alone fails the second start
 ("Free memory on device ... is less than desired GPU memory utilization") without naming what holds the

@@ -1,4 +1,5 @@
-"""GPU validation suites (benchmarks/gpu/validate.sh runs them on the NVIDIA machine, not in CI).
+"""Backs docs/validation.md § Without vLLM: the GPU validation suites (benchmarks/gpu/validate.sh runs
+them on the NVIDIA machine, not in CI, and prints their figures).
 
 vLLM's CUDA wheel cannot be sent to the device machine, so ``VramEngine`` stands in for a vLLM engine:
 it declares ``gpu_memory_utilization`` and takes that share of the device in one allocation, as vLLM's

@@ -1,4 +1,5 @@
-"""The fix of vLLM PR #52570 on real VRAM: class scope frees the block before the later test."""
+"""Backs docs/validation.md § Without vLLM (via validate.sh): the fix of vLLM PR #52570 on real VRAM,
+class scope frees the block before the later test."""
 
 import pytest
 import torch

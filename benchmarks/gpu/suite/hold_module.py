@@ -1,4 +1,5 @@
-"""The vLLM PR #52570 shape on real VRAM: a module-scoped fixture holds memory a later test needs."""
+"""Backs docs/validation.md § Without vLLM (via validate.sh): the vLLM PR #52570 shape on real VRAM, a
+module-scoped fixture holds memory a later test needs; blocked with the fixture named."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""A runner whose test leaks a CUDA tensor on purpose: its stop must be a "memory not released" finding."""
+"""Backs docs/validation.md § Without vLLM (via validate.sh): a runner whose test leaks a CUDA tensor on
+purpose; its stop must be a "memory not released" finding."""
 
 import torch
 

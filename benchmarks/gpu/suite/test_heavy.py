@@ -1,4 +1,5 @@
-"""GPU-bound work per test, so wall time on 2 GPUs vs 1 measures the worker-per-GPU pinning, not Python."""
+"""Backs docs/validation.md § Without vLLM (via validate.sh): GPU-bound work per test, so wall time on 2
+GPUs vs 1 measures the worker-per-GPU pinning, not Python."""
 
 import pytest
 import torch
