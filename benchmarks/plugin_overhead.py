@@ -1,5 +1,5 @@
-"""Backs README.md § What it costs and docs/measurements.md § Plugin overhead: the wall ratio of 2000
-trivial tests with the harness asked vs plain pytest (goal <= 1.05), with its 95 % interval.
+"""Backs README.md § What it costs, what it saves and docs/measurements.md § Plugin overhead: the wall
+ratio of 2000 trivial tests with the harness asked vs plain pytest (goal <= 1.05), with its 95 % interval.
 
     python benchmarks/plugin_overhead.py [--tests 2000] [--rounds 15] [--instructions [--keep DIR]]
         [--with ARGS] [--together] [--one-blas-thread]

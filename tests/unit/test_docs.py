@@ -69,3 +69,43 @@ def test_a_missing_file_or_heading_is_found(tmp_path):
 def test_the_settings_page_lists_every_key():
     listed = re.findall(r"^\| `(\w+)` \|", (ROOT / "docs" / "settings.md").read_text(), re.MULTILINE)
     assert sorted(listed) == sorted(Settings._fields)
+
+
+CLAIM = re.compile(r"(?:(README\.md|docs/[\w/.-]+\.md) )?§ ")
+
+
+def backed(script: Path) -> list[str]:
+    """The headings ``script``'s opening names (``Backs docs/x.md § Heading``), each checked against its page:
+    the problems found, or that it names none."""
+    opening = " ".join(script.read_text()[:700].split())
+    if "Backs " not in opening:
+        return ["names no claim it backs"]
+    problems, page = [], None
+    for found in CLAIM.finditer(opening):
+        page = found.group(1) or page
+        if page is None:
+            problems.append("§ without a page")
+            continue
+        headings = {line.lstrip("#").strip() for line in prose(ROOT / page) if line.startswith("#")}
+        rest = opening[found.end() :]
+        if not any(rest.startswith(heading) for heading in headings):
+            problems.append(f"{page} has no heading at the start of {rest[:40]!r}")
+    return problems or ([] if page else ["names no page and heading"])
+
+
+SCRIPTS = sorted(p for p in (ROOT / "benchmarks").rglob("*") if p.suffix in (".py", ".sh"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[str(p.relative_to(ROOT)) for p in SCRIPTS])
+def test_every_benchmark_opens_with_the_claim_it_backs(script):
+    assert backed(script) == []
+
+
+def test_a_claim_under_a_missing_heading_is_found(tmp_path):
+    script = tmp_path / "x.py"
+    script.write_text('"""Backs docs/measurements.md § Shards and § No such section: prints it."""\n')
+    assert backed(script) == [
+        'docs/measurements.md has no heading at the start of \'No such section: prints it."""\''
+    ]
+    script.write_text('"""Prints a figure."""\n')
+    assert backed(script) == ["names no claim it backs"]
