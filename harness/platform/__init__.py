@@ -1,8 +1,8 @@
 """Which platform this process runs on, and its backend.
 
 ``detect`` asks NVML, then amdsmi, and falls back to the host CPU, saying why in ``Detection.reason``.
-``HARNESS_PLATFORM`` forces the answer (CI agents where detection is ambiguous, ``harness run``'s phases), and
-``detect_later`` then starts a GPU platform's library when it is needed (``pending``);
+``HARNESS_PLATFORM`` forces the answer (CI agents where detection is ambiguous, ``harness run``'s phases).
+A process detects once, synchronously, and hands the platform down (``harness.tracking.context``);
 ``HARNESS_NVML_MODULE`` / ``HARNESS_AMDSMI_MODULE`` name the module to import in place of ``pynvml`` /
 ``amdsmi``, which is how tests put fakes in, also in xdist workers and pytester subprocesses.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import os
 from collections.abc import Mapping
 from types import ModuleType
@@ -21,7 +20,7 @@ from harness.errors import PlatformError
 from harness.platform.base import Device, MemoryReading, Platform
 from harness.platform.host import HostPlatform
 
-__all__ = ["Detection", "Device", "MemoryReading", "Platform", "detect", "detect_later", "PLATFORMS"]
+__all__ = ["Detection", "Device", "MemoryReading", "Platform", "detect", "PLATFORMS"]
 
 PLATFORMS = ("cuda", "rocm", "cpu")
 
@@ -33,7 +32,7 @@ class Detection(NamedTuple):
 
 @functools.cache
 def _initialised(module_name: str, init: str) -> ModuleType:
-    """Import a management library and initialise it, once per process (an NVML init costs ~9 ms).
+    """Import a management library and initialise it, once per process.
 
     Failures are not cached: ``functools.cache`` keeps only returned values.
     """
@@ -87,27 +86,3 @@ def detect(env: Mapping[str, str] = os.environ) -> Detection:
     if forced:
         raise PlatformError(f"HARNESS_PLATFORM=rocm but amdsmi does not answer ({why[-1]})")
     return Detection(HostPlatform(), "no GPU: " + "; ".join(why))
-
-
-def detect_later(env: Mapping[str, str] = os.environ) -> Platform:
-    """``detect(env).platform``; when ``HARNESS_PLATFORM`` names a GPU platform, a ``PendingPlatform`` whose
-    library starts when needed: the real NVML's devices are named from the driver's list, others' are
-    listed in a thread. Without the name, detection is what decides it, so it runs now."""
-    forced, listing = env.get("HARNESS_PLATFORM", ""), None
-    if forced == "cuda":
-        from harness.platform.nvidia import NvidiaPlatform, driver_listing
-
-        mask_variable = NvidiaPlatform.mask_variable
-        # the real NVML only (a module in its place, the tests' fake, names its own devices), and where it is
-        # installed: where it is not, detection says so before any test runs
-        if "HARNESS_NVML_MODULE" not in env and importlib.util.find_spec("pynvml") is not None:
-            listing = driver_listing()
-    elif forced == "rocm":
-        from harness.platform.amd import AmdPlatform
-
-        mask_variable = AmdPlatform.mask_variable
-    else:
-        return detect(env).platform
-    from harness.platform.pending import PendingPlatform
-
-    return PendingPlatform(forced, mask_variable, dict(env), listing)

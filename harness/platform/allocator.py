@@ -1,6 +1,6 @@
 """This process's caching allocator (torch's, on CUDA and ROCm alike), read without importing torch.
 
-Device figures from NVML or amdsmi count the blocks torch keeps cached after tensors die, and the ~0.5 GiB
+Device figures from NVML or amdsmi count the blocks torch keeps cached after tensors die, and the
 context a process creates with its first CUDA call. Neither is held by a runner: cached blocks serve this
 process's next allocation, the context lives as long as the process. Admission and the release check ask
 here so that neither reads as memory a runner holds. A process that never imported torch has neither.

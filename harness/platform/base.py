@@ -44,17 +44,12 @@ class Platform(ABC):
     name: str  # "cuda" | "rocm" | "cpu"
     mask_variable: str | None  # the variable a worker sets to pin its device(s)
 
-    def ready(self) -> Platform:
-        """This platform with its devices listed: a ``PendingPlatform`` waits for its detection here."""
-        return self
-
     @abstractmethod
     def devices(self) -> list[Device]:
         """The visible devices, in visible order."""
 
     def uuids(self) -> list[str]:
-        """The visible devices' UUIDs, in visible order: all a session records of its devices until it
-        reads their memory, so a backend may answer without starting its library (``PendingPlatform``)."""
+        """The visible devices' UUIDs, in visible order."""
         return [device.uuid for device in self.devices()]
 
     @abstractmethod

@@ -1,7 +1,7 @@
 """The CPU platform: one device, the host, whose memory is NUMA node 0's where the kernel reports nodes.
 
-vLLM's CPU backend sizes its KV cache from, and checks free memory on, NUMA node 0 (7.6 of 23 GiB on the
-project machine), so node 0 is the figure a memory wait must watch; the host figure is shown beside it.
+vLLM's CPU backend sizes its KV cache from, and checks free memory on, NUMA node 0 (on a multi-node host
+a part of its memory), so node 0 is the figure a memory wait must watch; the host figure is shown beside it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""NVIDIA GPUs through nvidia-ml-py (``pynvml``): identity once, memory in bytes on every poll; and the
-driver's own list of its GPUs, which names them without NVML."""
+"""NVIDIA GPUs through nvidia-ml-py (``pynvml``): identity once, memory in bytes on every poll."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from types import ModuleType
 
 from harness.errors import PlatformError
@@ -73,35 +71,3 @@ class NvidiaPlatform(Platform):
             index: sum(p.usedGpuMemory or 0 for p in processes if p.pid in pids)
             for index, processes in enumerate(listed)
         }
-
-
-DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")  # one directory per GPU, named by its PCI bus id
-
-
-def driver_listing(gpus: Path = DRIVER_GPUS, dev: Path = Path("/dev")) -> list[str] | None:
-    """UUIDs of the GPUs the NVIDIA driver lists whose device file this process has (``/dev/nvidia<minor>``,
-    what NVML opens: a container is given only its own), in PCI bus id order, as NVML enumerates them.
-
-    A few small reads, against ~35 ms of NVML's import, start and listing on an H200 host: a session that
-    reads no memory (one that starts no runner) names its devices from this. None where the driver lists
-    no GPU this process can open, or in a form not known here: NVML answers then.
-    """
-    try:
-        entries = sorted(os.listdir(gpus), key=masks.normalise_bus_id)
-    except (OSError, ValueError):
-        return None
-    found = []
-    for entry in entries:
-        try:
-            text = (gpus / entry / "information").read_text()
-        except OSError:
-            return None
-        fields = {
-            key.strip(): value.strip()
-            for key, _, value in (line.partition(":") for line in text.splitlines())
-        }
-        if "GPU UUID" not in fields or not fields.get("Device Minor", "").isdigit():
-            return None
-        if fields.get("GPU Excluded", "No") == "No" and (dev / f"nvidia{fields['Device Minor']}").exists():
-            found.append(fields["GPU UUID"])
-    return found or None

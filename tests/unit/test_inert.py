@@ -48,11 +48,9 @@ OBSERVE = """
 
 
     def test_observe(request):
-        watchdog = request.config.pluginmanager.get_plugin("harness-timeouts")
-        default = watchdog.default.timeout if watchdog is not None and watchdog.default else None
         Path(os.environ["OBSERVED"]).write_text(json.dumps({
             "loaded": request.config.pluginmanager.hasplugin("harness"),
-            "timeout": request.config.getoption("timeout") or default,
+            "timeout": request.config.getoption("timeout"),
             "vllm": getattr(vllm.LLM.__init__, "__harness__", False),
             "hf": getattr(transformers.PreTrainedModel.from_pretrained, "__harness__", False),
         }))

@@ -1,14 +1,12 @@
 """NvidiaPlatform over the fake NVML: visible→physical mapping, bytes, one pass, errors; the driver's list."""
 
 import importlib
-import shutil
 
 import pytest
 
 from harness.errors import DeviceMaskError, PlatformError
-from harness.platform import nvidia
 from harness.platform.nvidia import NvidiaPlatform
-from tests.fakes import driver_listing, gpu
+from tests.fakes import gpu
 
 GIB = 2**30
 
@@ -105,33 +103,3 @@ def test_process_memory_nvml_cannot_tell_counts_nothing(nvml):
     """Under MIG (or Windows WDDM) nvidia-ml-py reports usedGpuMemory as None."""
     platform = nvml([{**gpu(0, used=GIB), "processes": {"7": None}}])()
     assert platform.process_memory({7}) == {0: 0}
-
-
-def test_the_drivers_listing_names_the_gpus_in_bus_order_without_nvml(tmp_path):
-    """Directories list in any order; NVML enumerates by PCI bus id, and so does the listing."""
-    gpus, dev = driver_listing(tmp_path, [gpu(2), gpu(0), gpu(1)])
-    assert nvidia.driver_listing(gpus, dev) == [gpu(0)["uuid"], gpu(1)["uuid"], gpu(2)["uuid"]]
-
-
-def test_the_listing_leaves_out_gpus_this_process_cannot_open_and_excluded_ones(tmp_path):
-    """A container without the toolkit's procfs masking sees every GPU there, but only its device files."""
-    gpus, dev = driver_listing(tmp_path, [gpu(0), gpu(1), gpu(2)], excluded=(2,))
-    (dev / "nvidia0").unlink()
-    assert nvidia.driver_listing(gpus, dev) == [gpu(1)["uuid"]]
-
-
-@pytest.mark.parametrize("damage", ["no-directory", "no-gpu", "no-uuid", "unreadable", "none-openable"])
-def test_without_a_listing_it_knows_nvml_answers(tmp_path, damage):
-    gpus, dev = driver_listing(tmp_path, [gpu(0)])
-    information = gpus / gpu(0)["bus"] / "information"
-    if damage == "no-directory":
-        gpus = tmp_path / "absent"
-    elif damage == "no-gpu":
-        shutil.rmtree(gpus / gpu(0)["bus"])
-    elif damage == "no-uuid":
-        information.write_text(information.read_text().replace("GPU UUID", "GPU ID"))
-    elif damage == "unreadable":
-        information.unlink()
-    else:
-        (dev / "nvidia0").unlink()
-    assert nvidia.driver_listing(gpus, dev) is None

@@ -1,0 +1,25 @@
+"""The reuse pool's view of the session: which test opted out (``fresh_engine``), and the session's end.
+Registered by the recorder only when reuse is asked for."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from harness.tracking.reuse import Pool
+
+
+class Reuse:
+    def __init__(self, pool: Pool):
+        self.pool = pool
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """Before the test's fixtures: they may build runners too."""
+        self.pool.fresh = item.get_closest_marker("fresh_engine") is not None
+
+    def pytest_sessionfinish(self) -> None:
+        """Warm engines are shut down (and their stops recorded) while the ledger is still open."""
+        self.pool.close()
