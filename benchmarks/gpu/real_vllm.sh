@@ -14,6 +14,8 @@
 #                       platforms, ROUNDS rounds each (default 9)                          ~2 min (15: ~7)
 #   real_vllm.sh part7  (c') (c)'s embedding module shape alone with the harness: the seconds from its
 #                       blocked start to the error, read from the ledger                            ~1 min
+#   real_vllm.sh part8  (h) two GPUs: a TP=2 start beside a one-device engine on GPU 0, blocked and named
+#                       (part1's runs hold the multi-gpu phase's real TP=2 engines; part2 the ratios)  ~2 min
 # Each part installs the project from this tree first. Every step runs under `timeout`, cut to what is
 # left of the part's PART_BUDGET_S (default 510 s), so a part ends and packs its files inside the call.
 # Into $OUT (at most 8 files come back): figures.txt (a line per step and each run's summary.md),
@@ -21,7 +23,7 @@
 # Run directories stay in /root/runs (RUNS) for the later parts.
 set -uo pipefail
 part=${1:-}
-case $part in part[1-7]) ;; *) echo "usage: real_vllm.sh part1|part2|...|part7" >&2 && exit 2 ;; esac
+case $part in part[1-8]) ;; *) echo "usage: real_vllm.sh part1|part2|...|part8" >&2 && exit 2 ;; esac
 [ -n "${OUT:-}" ] || { echo "real_vllm.sh: OUT is not set (the device call's output folder)" >&2 && exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -138,9 +140,25 @@ part2() {
       step "(e) harness compare $name: GPU 0 alone -> GPUs $every"
       harness compare "$runs/$name-gpu0/report.json" "$runs/$name-$all/report.json" --format md |
         tee -a "$OUT/figures.txt"
+      ratios "$runs/$name-gpu0/report.json" "$runs/$name-$all/report.json" | tee -a "$OUT/figures.txt"
     done
   fi
   pack live-engine pooling-gpu0 generation-gpu0
+}
+
+# ratios ONE EVERY: each phase's wall and the whole run's on every GPU over GPU 0 alone (goal: shared-engine
+# phase <= 0.6, whole suite < 1)
+ratios() {
+  python3 - "$1" "$2" << 'PY'
+import json, sys
+one, every = (json.load(open(path)) for path in sys.argv[1:])
+walls = [{p["name"]: p.get("wall_s") or 0.0 for p in report["phases"]} for report in (one, every)]
+for name, wall in walls[0].items():
+    if wall and name in walls[1]:
+        print(f"(e) {name}: {walls[1][name]:.1f} s on every GPU / {wall:.1f} s on GPU 0 = {walls[1][name] / wall:.2f}")
+totals = [sum(w.values()) for w in walls]
+print(f"(e) whole suite: {totals[1]:.1f} s / {totals[0]:.1f} s = {totals[1] / totals[0]:.2f}")
+PY
 }
 
 part3() {
@@ -191,6 +209,21 @@ part7() {
   grep -h '"runner-failed"' "$dir"/ledger/*.jsonl |
     python3 -c 'import json, sys; [print("blocked start to its error:", json.loads(l)["startup_s"], "s") for l in sys.stdin]' |
     tee -a "$OUT/figures.txt"
+}
+
+part8() {
+  local dir=$runs/tp-blocked
+  [ "$gpus" -ge 2 ] || { figure "(h) needs two GPUs, this machine has $gpus" && return; }
+  rm -rf "$dir" && mkdir -p "$dir/src"
+  cp "$here/live_engine/tp_beside_one_device.py" "$dir/src/test_tp_beside_one_device.py"
+  step "(h) a TP=2 start beside a one-device engine on GPU 0, with the harness: blocked, naming both"
+  (cd "$dir/src" && CUDA_VISIBLE_DEVICES=0,1 PYTHONPATH=$root:$PYTHONPATH bounded 240 python3 -m pytest \
+    -p no:cacheprovider -rfE --harness --harness-ledger-dir "$dir/ledger" test_tp_beside_one_device.py) 2>&1 |
+    tee "$dir/pytest.log" | tail -5
+  grep -h '"runner-failed"' "$dir"/ledger/*.jsonl |
+    python3 -c 'import json, sys; [print("(h) blocked:", json.loads(l)["startup_s"], "s:", json.loads(l)["error"]) for l in sys.stdin]' |
+    tee -a "$OUT/figures.txt"
+  pack tp-blocked
 }
 
 main() {

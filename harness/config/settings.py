@@ -44,6 +44,7 @@ class Settings(NamedTuple):
     reuse: bool = False
     reuse_engines: int = 1
     freeze_collected: bool = True  # gc.freeze once collected (harness.pytest_plugin.frozen)
+    cache_references: bool = True  # references kept across workers and runs (harness.references)
 
 
 PLATFORM_DEFAULTS = {

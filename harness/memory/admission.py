@@ -97,17 +97,20 @@ class Need(NamedTuple):
 
 
 def _declared_conflict(need: Need, live: list[Holder]) -> tuple[str, list[Holder]] | None:
-    """(what is over-declared, the declaring holders) when declared shares with this one pass 1.0."""
+    """(what is over-declared, the declaring holders) when, on one of the runner's devices, the shares
+    declared there with this one pass 1.0. Device by device: a tensor-parallel engine declares its
+    fraction of each of its devices, and two one-device engines on GPUs 0 and 1 leave it room on both."""
     if need.fraction is None:
         return None
-    declaring = [h for h in live if h.fraction is not None]
-    declared = sum(h.fraction or 0.0 for h in declaring)
-    if declaring and declared + need.fraction > 1.0:
-        return (
-            f"live runners declared {declared:g} of the device and this one asks for "
-            f"{need.fraction:g} (together {declared + need.fraction:g} > 1)",
-            declaring,
-        )
+    for index in need.devices:
+        declaring = [h for h in live if h.fraction is not None and index in h.devices]
+        declared = sum(h.fraction or 0.0 for h in declaring)
+        if declaring and declared + need.fraction > 1.0:
+            return (
+                f"on device {index} live runners declared {declared:g} and this one asks for "
+                f"{need.fraction:g} (together {declared + need.fraction:g} > 1)",
+                declaring,
+            )
     return None
 
 

@@ -13,6 +13,7 @@ MODULES = {
     "torch": "torch",
     "vllm": "vllm",
     "transformers": "transformers",
+    "sentence-transformers": "sentence_transformers",
     "nvidia-ml-py": "pynvml",
     "amdsmi": "amdsmi",
     "pytest": "pytest",

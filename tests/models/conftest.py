@@ -55,6 +55,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "standalone: builds its own runners; runs in the standalone phase after shared engines"
     )
     config.addinivalue_line("markers", "vllm: needs vLLM; skipped where vLLM is not installed")
+    config.addinivalue_line(
+        "markers", "distributed(num_gpus): one engine over num_gpus devices; runs in the multi-GPU phase"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

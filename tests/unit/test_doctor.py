@@ -70,8 +70,8 @@ def test_versions_come_from_package_metadata():
         except metadata.PackageNotFoundError:
             assert found[label] == "not installed"
     assert set(found) == {
-        "python", "torch", "vllm", "transformers", "nvidia-ml-py", "amdsmi", "pytest", "pytest-xdist",
-        "pytest-timeout", "harness",
+        "python", "torch", "vllm", "transformers", "sentence-transformers", "nvidia-ml-py", "amdsmi",
+        "pytest", "pytest-xdist", "pytest-timeout", "harness",
     }  # fmt: skip
 
 

@@ -10,8 +10,8 @@ import math
 
 import pytest
 
+from harness.references import reference as computed_once
 from harness.runners import HfRunner, VllmRunner
-from harness.tracking.child import in_child
 from tests.models.conftest import ieee_float32
 
 PROMPTS = [
@@ -57,10 +57,11 @@ def hf_reference(model: str) -> dict:
 
 @pytest.fixture(scope="session")
 def hf_outputs(generation_model, session_cache):
-    """The HF reference of a model, computed once (in a child process on a GPU)."""
+    """The HF reference of a model, computed once a run and kept across runs (``harness.references``; in a
+    child process on a GPU)."""
     key = ("hf_outputs", generation_model)
     if key not in session_cache:
-        session_cache[key] = in_child(hf_reference, generation_model)
+        session_cache[key] = computed_once(hf_reference, generation_model)
     return session_cache[key]
 
 
@@ -108,3 +109,13 @@ class TestSharedEngine:
     def test_batch_equals_singles(self, engine):
         batch = engine.generate_greedy(PROMPTS, MAX_TOKENS)
         assert batch == [engine.generate_greedy([prompt], MAX_TOKENS)[0] for prompt in PROMPTS]
+
+
+@pytest.mark.vllm
+@pytest.mark.distributed(num_gpus=2)
+def test_tensor_parallel_greedy_matches_hf(hf_outputs, generation_model):
+    """One engine over two devices (``tensor_parallel_size=2``; the one KV head is replicated), in the
+    multi-GPU phase: its greedy ids are HF's."""
+    with ieee_float32(), VllmRunner(generation_model, dtype="float32", tensor_parallel_size=2) as engine:
+        got = engine.generate_greedy(PROMPTS, MAX_TOKENS)
+    assert [ids for ids, _ in got] == [ids for ids, _ in hf_outputs["greedy"]]

@@ -6,17 +6,19 @@ is a module-level ``standalone`` test after the classes, and it can start becaus
 vLLM serves one pooling task per engine, so pooled and per-token embeddings are two engine configurations
 and two classes, one after the other (two live engines would each claim their memory share on a GPU).
 
-The HF reference is computed once per model in a session fixture that closes its model before returning:
-it is data from then on, never a live model beside an engine. On a GPU it is computed in a child process
-(``in_child``), so CUDA is never initialised in the test process and vLLM can fork its engine process
-instead of spawning one (5-7 s against 22-26 s per start on the H200).
+The HF reference is computed once per model and run, and kept across runs (``harness.references``), in a
+session fixture that closes its model before returning: it is data from then on, never a live model beside
+an engine. On a GPU it is computed in a child process (``in_child``), so CUDA is never initialised in the
+test process and vLLM can fork its engine process instead of spawning one.
+
+The ``distributed(num_gpus=2)`` test runs one engine over two devices in the multi-GPU phase.
 """
 
 import numpy as np
 import pytest
 
+from harness.references import reference as computed_once
 from harness.runners import HfRunner, VllmRunner
-from harness.tracking.child import in_child
 from tests.models.conftest import ieee_float32
 
 QUERY = "What is the capital of France?"
@@ -81,10 +83,11 @@ def hf_unit_token_embeddings(model: str) -> dict:
 
 @pytest.fixture(scope="session")
 def reference(pooling_model, session_cache):
-    """The sentence-transformers reference of a model, computed once (in a child process on a GPU)."""
+    """The sentence-transformers reference of a model, computed once a run and kept across runs
+    (``harness.references``; in a child process on a GPU)."""
     key = ("reference", pooling_model)
     if key not in session_cache:
-        session_cache[key] = in_child(sentence_transformers_reference, pooling_model)
+        session_cache[key] = computed_once(sentence_transformers_reference, pooling_model)
     return session_cache[key]
 
 
@@ -233,7 +236,7 @@ def test_float32_token_embeddings_match_hf(pooling_model):
     """
     from vllm.config import PoolerConfig
 
-    want = in_child(hf_unit_token_embeddings, pooling_model)
+    want = computed_once(hf_unit_token_embeddings, pooling_model)
     with (
         ieee_float32(),
         VllmRunner(
@@ -246,3 +249,16 @@ def test_float32_token_embeddings_match_hf(pooling_model):
         assert got[text].shape == want[text].shape, text
         assert min(cosine(g, w) for g, w in zip(got[text], want[text], strict=True)) >= 0.9999, text
     np.testing.assert_allclose(scores, [maxsim(want[QUERY], want[d]) for d in CORPUS], rtol=1e-4)
+
+
+@pytest.mark.vllm
+@pytest.mark.distributed(num_gpus=2)
+def test_tensor_parallel_embeddings_match_sentence_transformers(pooling_model, reference):
+    """One engine over two devices (``tensor_parallel_size=2``), in the multi-GPU phase, against the same
+    reference as the one-device engine."""
+    with VllmRunner(pooling_model, runner="pooling", tensor_parallel_size=2) as engine:
+        floor = threshold(engine)
+        for text, embedding in zip(TEXTS, engine.embed(TEXTS), strict=True):
+            assert cosine(embedding, reference["embed"][text]) >= floor, text
+        scores = engine.score(QUERY, CORPUS)
+    assert int(np.argmax(scores)) == RELEVANT, scores
