@@ -123,10 +123,16 @@ for _platform in PLATFORMS:
         _suite_session(_platform, _suite)
 
 
+# the harness's own tests spread over the cores, at most 4: a few start vLLM CPU engines, each reserving
+# node memory; `nox -s tests -- -n 0` runs them in one process
+TEST_WORKERS = str(min(4, os.cpu_count() or 1))
+
+
 @nox.session(tags=["cpu"], venv_backend="none", requires=[CPU_STACK])
 def tests(session: nox.Session) -> None:
-    """The harness's own tests (some start real vLLM CPU engines), in cpu_stack's venv."""
-    session.run(_cpu_stack_command(session, "python"), "-m", "pytest", *session.posargs, external=True)
+    """The harness's own tests (some start real vLLM CPU engines), in cpu_stack's venv, under xdist."""
+    pytest = [_cpu_stack_command(session, "python"), "-m", "pytest", "-n", TEST_WORKERS, "--dist", "worksteal"]
+    session.run(*pytest, *session.posargs, external=True)
 
 
 @nox.session(tags=["upstream"], default=False, venv_backend="none", requires=[CPU_STACK])
