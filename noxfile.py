@@ -131,7 +131,8 @@ TEST_WORKERS = str(min(4, os.cpu_count() or 1))
 @nox.session(tags=["cpu"], venv_backend="none", requires=[CPU_STACK])
 def tests(session: nox.Session) -> None:
     """The harness's own tests (some start real vLLM CPU engines), in cpu_stack's venv, under xdist."""
-    pytest = [_cpu_stack_command(session, "python"), "-m", "pytest", "-n", TEST_WORKERS, "--dist", "worksteal"]
+    python = _cpu_stack_command(session, "python")
+    pytest = [python, "-m", "pytest", "-n", TEST_WORKERS, "--dist", "worksteal"]
     session.run(*pytest, *session.posargs, external=True)
 
 
