@@ -8,6 +8,7 @@ the HF models twice. It starts two real vLLM CPU engines (~1.5 min here); skippe
 """
 
 import importlib.util
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -36,6 +37,8 @@ def test_generation_suite_starts_each_configuration_once(tmp_path):
         ]
         + ["--harness-ledger-dir", str(tmp_path)],
         cwd=ROOT,
+        # a cache of its own: a reference another run computed would be read, not started
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
         capture_output=True,
         text=True,
     )
