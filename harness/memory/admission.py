@@ -12,9 +12,9 @@ Declared fractions matter because measured memory can hide the conflict: vLLM's 
 KV cache without touching it, so two engines whose fractions add past 1.0 both start on a laptop, while on
 a GPU the second waits 240 s for memory that never frees. So by default (``overlap = "block"``) declared
 shares must fit, and the bug is caught on every platform and with every model. They can also overstate:
-on an H200 an encoder-only engine (no KV cache) declared 0.92 and used 1.4 GiB, and plain vLLM started a
-second engine beside it; ``overlap = "warn"`` makes that a finding and lets the start go on when the
-measured memory fits.
+an encoder-only engine (no KV cache) uses a small part of what it declares, and plain vLLM starts a second
+engine beside it (docs/validation.md); ``overlap = "warn"`` makes that a finding and lets the start go on
+when the measured memory fits.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from harness.platform.base import GIB
 class Holder:
     """Something alive in this process that keeps device memory: a runner or a fixture value.
 
-    What it declared and what it uses are kept apart: an encoder-only vLLM engine declares 0.92 of an
-    H200 (129 GiB) and uses 1.4 GiB, a decoder uses its whole share. Declared shares decide under
+    What it declared and what it uses are kept apart: an encoder-only vLLM engine uses a small part of its
+    declared share, a decoder uses its whole share. Declared shares decide under
     ``overlap = "block"``; measured bytes decide whether a start fits the device.
     """
 

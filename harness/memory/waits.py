@@ -104,7 +104,7 @@ def settle(
     """After a runner stops: wait until used ≤ max(ratio × total, floor), stable, on every device.
 
     A no-op returning 0.0 unless ``settings.settle`` (the ROCm default): there the driver frees VRAM
-    lazily and keeps ~2.5 GiB resident, hence the floor; on CUDA release is immediate (measured: 9 ms).
+    lazily and keeps some memory resident, hence the floor; on CUDA release is immediate (docs/memory.md).
     """
     if not settings.settle:
         return 0.0
