@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The twelfth session's call on the GPU host: what a test's ledger line costs there inside a pytest run,
-# mapped against written (benchmarks/line_in_situ.py); what freezing the collection saves a suite that
+# The twelfth session's call on the GPU host (its line_in_situ.py, mapped against written ledger lines, went
+# with the mapped ledger, issue 35): what freezing the collection saves a suite that
 # collects garbage after every test, with the image's torch imported (benchmarks/gc_freeze.py); and the
 # goal's figure (benchmarks/plugin_overhead.py, the cuda platform). Each file lands in $OUT.
 #   benchmarks/gpu/ledger_and_freeze.sh [overhead rounds, default 40]   (on the device machine)
@@ -13,6 +13,5 @@ rounds=${1:-40}
 out=${OUT:-/tmp}
 install_project || exit 1
 echo "== $(date -u +%FT%TZ) $(nproc) cores $(python3 -c 'import platform; print(platform.python_version())')"
-python3 benchmarks/line_in_situ.py --runs 8 2>&1 | tee "$out/line-in-situ.txt"
 python3 benchmarks/gc_freeze.py --tests 100 --rounds 1 2>&1 | tee "$out/gc-freeze.txt"
 HARNESS_PLATFORM=cuda python3 benchmarks/plugin_overhead.py --rounds "$rounds" 2>&1 | tee "$out/overhead-cuda-$rounds.txt"

@@ -75,7 +75,7 @@ def _contents(path: Path) -> bytes:
         raise HarnessError(
             f"{path}: ledger file larger than {MAX_FILE_BYTES >> 20} MiB, not one the harness wrote"
         )
-    return data.rstrip(b"\0")  # the zero tail of a file still written, or of a killed writer's
+    return data
 
 
 def _line_start(event: str) -> bytes:
