@@ -293,7 +293,8 @@ def test_lines_that_are_not_utf8_or_lack_their_fields_are_skipped_when_a_worker_
     assert _start(again) == "gw0-2"
     merged = ledger.read(tmp_path)
     assert [r["id"] for r in merged.records] == ["gw0-1", "gw0-2"]
-    assert merged.tests == [] and list(merged.collected) == ["t.py::x"]
+    assert merged.tests == [] and list(merged.collected) == []
+    assert [f["type"] for f in merged.findings] == ["bad-ledger-line"] * 3 + ["never-stopped"] * 2
 
 
 def test_a_test_its_process_died_in_is_an_error_saying_how(tmp_path):
@@ -323,13 +324,19 @@ def test_a_ledger_file_is_never_opened_through_a_symlink(tmp_path):
         ledger.read(tmp_path / "led")
 
 
-def test_nan_and_infinite_numbers_in_a_ledger_read_as_null_so_none_reaches_report_json(tmp_path):
+def test_nan_and_infinite_numbers_in_a_ledger_are_bad_lines_so_none_reaches_report_json(tmp_path):
     writer = ledger.LedgerWriter(tmp_path, worker="gw0")
     writer.write("test", nodeid="t.py::x", file="t.py", outcome="passed", call_s=float("nan"))
+    writer.write("test", nodeid="t.py::z", file="t.py", outcome="passed", call_s=1.0)
     writer.close()
     with open(tmp_path / "gw0.jsonl", "a") as handle:
         handle.write('{"event": "test", "t": 1, "nodeid": "t.py::y", "outcome": "passed", "call_s": 1e400}\n')
-    assert [t["call_s"] for t in ledger.read(tmp_path).tests] == [None, None]
+    merged = ledger.read(tmp_path)
+    assert [t["nodeid"] for t in merged.tests] == ["t.py::z"]
+    assert [f["message"] for f in merged.findings] == [
+        "gw0.jsonl line 1 skipped: a number that is NaN, not finite",
+        "gw0.jsonl line 3 skipped: a number that is 1e400, not finite",
+    ]
 
 
 def _session(tmp_path, worker="gw0", phase="p"):
