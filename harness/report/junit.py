@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from pathlib import Path
 
-from _pytest.junitxml import mangle_test_address
+from _pytest.junitxml import bin_xml_escape, mangle_test_address
 
 from harness.report.schema import Record, TestResult
 
@@ -37,8 +37,22 @@ def merge(junit_dir: Path, records: Iterable[Record], tests: Iterable[TestResult
                     _add_properties(case, by_case[key])
             root.append(suite)
     _add_missing(root, list(tests))
+    _legal(root)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _legal(root: ET.Element) -> None:
+    """Every text and attribute of the tree in characters XML 1.0 allows: an ANSI escape or another
+    control character (in a test id, a message, a model name) as pytest's junitxml writes it (``#x1B``).
+    ElementTree writes them as they are, which no XML parser reads back."""
+    for element in root.iter():
+        if element.text:
+            element.text = str(bin_xml_escape(element.text))
+        if element.tail:
+            element.tail = str(bin_xml_escape(element.tail))
+        for name, value in element.attrib.items():
+            element.set(name, str(bin_xml_escape(value)))
 
 
 def case_key(nodeid: str) -> tuple[str, str]:
