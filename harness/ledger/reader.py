@@ -284,6 +284,7 @@ def _record(start: dict[str, Any]) -> Record:
     return cast(
         "Record",
         {
+            **_UNOWNED,
             **fields,
             "start": start["t"],
             "startup_s": None,
@@ -298,6 +299,21 @@ def _record(start: dict[str, Any]) -> Record:
         },
     )
 
+
+# A runner start's optional fields, as a record holds them when its line left them out.
+_UNOWNED: dict[str, Any] = {
+    "fingerprint": None,
+    "config": None,
+    "test": None,
+    "file": None,
+    "fixture": None,
+    "scope": None,
+    "worker": None,
+    "phase": None,
+    "devices": [],
+    "need_bytes": None,
+    "mem_before": None,
+}
 
 # What each later event of a runner changes in its record.
 _ENDS = {

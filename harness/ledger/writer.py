@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Iterable
 
 # what the encoder makes of a str, called directly
 from json.encoder import encode_basestring_ascii as _quoted
@@ -24,6 +25,7 @@ from typing import Any
 
 from harness.ledger import files
 from harness.ledger.notable import NOTABLE
+from harness.ledger.redaction import Redactor
 
 _ENCODER = json.JSONEncoder(default=str)  # one encoder for every event: json.dumps builds one per call
 
@@ -33,8 +35,11 @@ class LedgerWriter:
     ``main`` outside xdist, ``controller`` for what only the xdist controller sees, ``<worker>.<pid>`` in a
     test's forked or spawned child)."""
 
-    def __init__(self, directory: str | os.PathLike, worker: str):
+    def __init__(self, directory: str | os.PathLike, worker: str, args: Iterable[str] = ()):
+        """``args``: the session's command line beside ``sys.argv`` (an xdist worker's is the controller's),
+        whose options named like a credential are redacted, with the environment's, from every line."""
         self.directory = Path(directory)
+        self._redactor = Redactor(os.environ, [*sys.argv, *args])
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()  # the memory sampler writes from its own thread
         self.notable = False  # whether this writer wrote a NOTABLE event
@@ -95,7 +100,8 @@ class LedgerWriter:
         puts it on disk to survive a host crash. Runner events sync; per-test events, thousands per
         run, skip the fsync (one each doubled the wall of 2000 trivial tests).
         """
-        record = {"event": event, "t": time.time(), **fields}  # "event" first: readers may skip by it
+        # "event" first: readers may skip by it
+        record = {"event": event, "t": time.time(), **self._redactor.data(fields)}
         line = (_ENCODER.encode(record) + "\n").encode()
         if event in NOTABLE:  # only ever set: the sampler's thread writes too
             self.notable = True
@@ -125,9 +131,10 @@ class LedgerWriter:
         announces is mostly the next line's own: its JSON is kept for it.
         """
         known, quoted = self._announced
+        clean = self._redactor.text  # a test id that carries a credential (a parameter) is written without it
         if nodeid is not known:
-            quoted = _quoted(nodeid)
-        then = "null" if following is None else _quoted(following)
+            quoted = _quoted(clean(nodeid))
+        then = "null" if following is None else _quoted(clean(following))
         self._announced = (following, then)
         setup = "null" if setup_s is None else "0.000" if setup_s < 0.0005 else f"{setup_s:.3f}"
         call = "null" if call_s is None else "0.000" if call_s < 0.0005 else f"{call_s:.3f}"

@@ -82,7 +82,8 @@ def _record(config: pytest.Config, here: Context) -> None:
     """This process's ledger, the runner patches, the test recorder, the reuse pool and the frozen
     collection."""
     here.owner.worker = worker_id(config)
-    here.writer = writer = ledger.LedgerWriter(config.stash[_DIR], worker=here.owner.worker)
+    args = config.invocation_params.args  # an xdist worker's are the controller's: its options' credentials
+    here.writer = writer = ledger.LedgerWriter(config.stash[_DIR], worker=here.owner.worker, args=args)
     patches.install()
     os.environ[CHILD] = here.owner.export(str(writer.directory))
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
