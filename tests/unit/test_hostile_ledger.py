@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tests.unit.report_runs import T0, Run
+from tests.unit.test_ledger import _on_a_full_disk
 
 GOOD_TEST = {
     "nodeid": "tests/t.py::test_b",
@@ -62,3 +63,29 @@ def test_a_hostile_ledger_line_is_one_finding_and_every_report_file_is_written(t
     assert [t["nodeid"] for t in report["tests"]] == ["tests/t.py::test_a"]  # the good lines all read
     assert [r["id"] for r in report["records"]] == ["gw0-1"]
     assert "bad-ledger-line" in (tmp_path / "summary.md").read_text()
+
+
+REPORT_ON_A_FULL_DISK = """
+import os, shutil, subprocess, sys
+source, small = sys.argv[2], sys.argv[1]
+shutil.copytree(source, small + "/run")
+filler = os.open(small + "/filler", os.O_WRONLY | os.O_CREAT)
+try:
+    while True:  # the rest of the 64 KiB
+        os.write(filler, b"x" * 512)
+except OSError:
+    os.close(filler)
+sys.exit(subprocess.run([sys.executable, "-m", "harness", "report", small + "/run"]).returncode)
+"""
+
+
+def test_a_report_on_a_full_disk_is_one_line_not_a_traceback(tmp_path):
+    """``harness report`` into a run directory on a full 64 KiB tmpfs: one ``harness: error:`` line naming
+    the directory and the disk's error, exit 2, the old report files intact or absent."""
+    run = Run(tmp_path / "source").phase("default", 0, 10)
+    run.worker("default").test("tests/t.py::test_a", t=1)
+    done = _on_a_full_disk(tmp_path, REPORT_ON_A_FULL_DISK, str(tmp_path / "small"), str(tmp_path / "source"))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("harness: error: ") and "cannot write the report (No space left on device)" in line
