@@ -112,7 +112,10 @@ def _option(previous: Any, value: Any) -> bool:
 
 
 def _assigned(match: re.Match) -> str:
-    if not secret_name(match["name"]):
+    """``NAME=value`` of a variable (upper case) or ``--name=value`` of an option named like a credential;
+    a lower-case ``first_pass=True`` or ``sort_key=name`` in a test id or message is no credential."""
+    name = match["name"]
+    if not (name.startswith("-") or name.isupper()) or not secret_name(name):
         return match[0]
     quote = match["value"][0] if match["value"][0] in "'\"" else ""
     return f"{match['name']}={quote}{REDACTED}{quote}"

@@ -57,6 +57,7 @@ def test_values_are_redacted_by_name_whatever_their_length_and_by_value_from_fou
         f"assert '{REDACTED}' == 'x' where DB_PASSWORD='{REDACTED}' and SHORT_TOKEN={REDACTED} in /work/p"
     )
     assert redactor.text("abc abcdef") == "abc abcdef"  # a short secret is matched by its name only
+    assert redactor.text("test_x[first_pass=True-sort_key=name]") == "test_x[first_pass=True-sort_key=name]"
     assert redactor.text(json.dumps({"p": PASSWORD})) == f'{{"p": "{REDACTED}"}}'
 
 
