@@ -12,20 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from harness.errors import HarnessError
+from harness.ledger.check import problem
 from harness.ledger.notable import NOTABLE
 
 if TYPE_CHECKING:  # the shapes are for type checkers here: a session that only writes never defines them
     from harness.ledger.records import Finding, Record, Sample, TestResult, WorkerInfo
 
 MAX_FILE_BYTES = 256 * 2**20  # a ledger file larger than this is not one the harness wrote
-# fields the reader relies on, per event; an event without them (a hand-edited or foreign line) is skipped
-FIELDS = {
-    "runner-start": ("id", "kind", "model"),
-    "test": ("nodeid", "outcome"),
-    "test-start": ("nodeid",),
-    "crash": ("test", "how"),
-    "finding": ("type", "message"),
-}
 
 
 def started(records: list[Record]) -> list[Record]:
@@ -47,16 +40,24 @@ class Ledger:
     refusals: list[dict[str, Any]] = field(default_factory=list)  # ``reuse-refused``: not handed on, and why
 
 
-def events(path: Path) -> Iterator[dict[str, Any]]:
-    """The events of one file; a line that is not a JSON object with an ``event`` (a write torn by a kill,
-    bytes that are not UTF-8) is skipped. A symlink or an oversized file is refused in one line."""
-    for line in _contents(path).splitlines():
+def events(path: Path, bad: list[Finding] | None = None) -> Iterator[dict[str, Any]]:
+    """The events of one file. A line that is not JSON (a write torn by a kill, bytes that are not UTF-8)
+    is skipped; one that is JSON but not an event the harness writes (a field of the wrong type or out of
+    range, a required one missing) is skipped with a ``bad-ledger-line`` finding added to ``bad``. A
+    symlink or an oversized file is refused in one line."""
+    for number, line in enumerate(_contents(path).splitlines(), 1):
         try:
             event = json.loads(line, parse_constant=_no_number, parse_float=_finite)
+            wrong = problem(event)
+        except _NotFinite as constant:
+            event, wrong = None, f"a number that is {constant}, not finite"
         except (ValueError, RecursionError):  # torn, not UTF-8, or nested past the parser's depth
             continue
-        if _whole(event):
+        if wrong is None:
             yield event
+        elif bad is not None:
+            message = f"{path.name} line {number} skipped: {wrong}"
+            bad.append({"type": "bad-ledger-line", "message": message})
 
 
 def _contents(path: Path) -> bytes:
@@ -75,7 +76,7 @@ def _contents(path: Path) -> bytes:
         raise HarnessError(
             f"{path}: ledger file larger than {MAX_FILE_BYTES >> 20} MiB, not one the harness wrote"
         )
-    return data.rstrip(b"\0")  # the zero tail of a file still written, or of a killed writer's
+    return data
 
 
 def _line_start(event: str) -> bytes:
@@ -105,24 +106,20 @@ def running_test(path: Path) -> tuple[str, str] | None:
     return None if running is None else (running["nodeid"], running["file"])
 
 
+class _NotFinite(ValueError):
+    """NaN or an infinite number in a line: ``json.dumps`` writes them, JSON has none, and no comparison
+    holds for them, so none may reach the report."""
+
+
 def _no_number(name: str) -> None:
-    """NaN and Infinity (``json.dumps`` writes them for a float that is one) are read as null: no
-    comparison holds for them and JSON has no such numbers, so none may reach the report."""
-    return None
+    raise _NotFinite(name)
 
 
-def _finite(text: str) -> float | None:
+def _finite(text: str) -> float:
     value = float(text)  # 1e400 reads as inf
-    return value if math.isfinite(value) else None
-
-
-def _whole(event) -> bool:
-    """A JSON object with an ``event`` name, a numeric time and the fields its kind needs, as strings."""
-    if not isinstance(event, dict) or not isinstance(event.get("event"), str):
-        return False
-    if not isinstance(event.get("t"), int | float) or isinstance(event["t"], bool):
-        return False
-    return all(isinstance(event.get(name), str) for name in FIELDS.get(event["event"], ()))
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
 
 
 def ended(returncode: int | None) -> str:
@@ -214,9 +211,11 @@ def _session_fields(event: dict, worker: dict | None) -> None:
     event.setdefault("device", devices[0] if isinstance(devices, list) and devices else None)
 
 
-def _load(directory: str | os.PathLike) -> tuple[dict[Path, list[dict]], dict[str, dict]]:
-    """Every file's events, and the ``crash`` events by the test they name."""
-    per_path = {path: list(events(path)) for path in sorted(Path(directory).rglob("*.jsonl"))}
+def _load(
+    directory: str | os.PathLike, bad: list[Finding] | None = None
+) -> tuple[dict[Path, list[dict]], dict[str, dict]]:
+    """Every file's events, and the ``crash`` events by the test they name; bad lines' findings to ``bad``."""
+    per_path = {path: list(events(path, bad)) for path in sorted(Path(directory).rglob("*.jsonl"))}
     crashes = {e["test"]: e for listed in per_path.values() for e in listed if e["event"] == "crash"}
     return per_path, crashes
 
@@ -236,7 +235,7 @@ def read(directory: str | os.PathLike) -> Ledger:
     """Merge every ``*.jsonl`` below ``directory`` into records, findings, tests, workers, samples and
     reuse events."""
     ledger = Ledger()
-    per_path, crashes = _load(directory)
+    per_path, crashes = _load(directory, ledger.findings)
     for listed in per_path.values():
         ledger.tests += [cast("TestResult", _without_kind(t)) for t in _tests_of(listed, crashes)]
         _merge(listed, ledger)
@@ -275,8 +274,8 @@ def _merge(file_events: list[dict[str, Any]], ledger: Ledger) -> None:
             by_id[event["id"]].update(_ENDS[kind](event))  # type: ignore[typeddict-item]
         elif kind in _AS_IS:
             getattr(ledger, _AS_IS[kind]).append(event)
-        elif kind == "collected" and isinstance(event.get("tests"), list):
-            ledger.collected.update(dict.fromkeys(t for t in event["tests"] if isinstance(t, str)))
+        elif kind == "collected":
+            ledger.collected.update(dict.fromkeys(event["tests"]))
 
 
 def _record(start: dict[str, Any]) -> Record:
@@ -285,6 +284,7 @@ def _record(start: dict[str, Any]) -> Record:
     return cast(
         "Record",
         {
+            **_UNOWNED,
             **fields,
             "start": start["t"],
             "startup_s": None,
@@ -299,6 +299,21 @@ def _record(start: dict[str, Any]) -> Record:
         },
     )
 
+
+# A runner start's optional fields, as a record holds them when its line left them out.
+_UNOWNED: dict[str, Any] = {
+    "fingerprint": None,
+    "config": None,
+    "test": None,
+    "file": None,
+    "fixture": None,
+    "scope": None,
+    "worker": None,
+    "phase": None,
+    "devices": [],
+    "need_bytes": None,
+    "mem_before": None,
+}
 
 # What each later event of a runner changes in its record.
 _ENDS = {

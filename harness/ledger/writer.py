@@ -3,7 +3,8 @@
 Each event is in the kernel's hands (runner events also on disk) before the code it describes goes on,
 so a worker killed at any point (SIGKILL, ``os._exit`` from pytest-timeout) loses nothing already written
 (``harness.ledger.files``). Readers tolerate a torn last line and report a runner that started but never
-stopped as ``never-stopped``.
+stopped as ``never-stopped``. A file that refuses a line (a full disk) is said in one line on stderr, and
+the process goes on recording nothing: its tests run on, never a traceback or a signal.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 import threading
 import time
 import weakref
+from collections.abc import Iterable
 
 # what the encoder makes of a str, called directly
 from json.encoder import encode_basestring_ascii as _quoted
@@ -22,6 +25,7 @@ from typing import Any
 
 from harness.ledger import files
 from harness.ledger.notable import NOTABLE
+from harness.ledger.redaction import Redactor
 
 _ENCODER = json.JSONEncoder(default=str)  # one encoder for every event: json.dumps builds one per call
 
@@ -29,10 +33,13 @@ _ENCODER = json.JSONEncoder(default=str)  # one encoder for every event: json.du
 class LedgerWriter:
     """Appends events to ``<directory>/<worker>.jsonl``; one writer per process (``worker``: ``gw0``...,
     ``main`` outside xdist, ``controller`` for what only the xdist controller sees, ``<worker>.<pid>`` in a
-    test's forked or spawned child, or while another live process writes ``<worker>.jsonl``)."""
+    test's forked or spawned child)."""
 
-    def __init__(self, directory: str | os.PathLike, worker: str):
+    def __init__(self, directory: str | os.PathLike, worker: str, args: Iterable[str] = ()):
+        """``args``: the session's command line beside ``sys.argv`` (an xdist worker's is the controller's),
+        whose options named like a credential are redacted, with the environment's, from every line."""
         self.directory = Path(directory)
+        self._redactor = Redactor(os.environ, [*sys.argv, *args])
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()  # the memory sampler writes from its own thread
         self.notable = False  # whether this writer wrote a NOTABLE event
@@ -60,22 +67,21 @@ class LedgerWriter:
         )
 
     def _open(self, worker: str) -> None:
-        file = files.claim(self.directory / f"{worker}.jsonl")
-        if file is None:  # another session writes there (one ledger directory for two at once)
-            worker = f"{worker}.{os.getpid()}"
-            file = files.claim(self.directory / f"{worker}.jsonl")
-            assert file is not None  # no other live process has this pid
-        self.worker, self.path, self._file = worker, self.directory / f"{worker}.jsonl", file
-        self._closer = weakref.finalize(self, file.close)  # its zero tail cut at the interpreter's exit too
+        self.worker, self.path = worker, self.directory / f"{worker}.jsonl"
+        self._file: files.Appended | files.Lost = (file := files.Appended(self.path))
+        self._closer = weakref.finalize(self, file.close)
+        if file.torn():
+            self._write(b"\n")  # a predecessor killed mid-line: keep the first line here off its torn one
         # a predecessor's lines (a restarted xdist worker): its runner ids go on
         self._ids = itertools.count(self._next_id_number() if file.found else 1)
 
     def _forked(self) -> None:
         """In a forked child: a fresh lock (the parent's is held), ``<worker>.<pid>.jsonl`` and its ids."""
         self._lock = threading.Lock()
-        if not self._closer.detach():  # closed before the fork
+        detached = self._closer.detach()
+        if not detached:  # closed before the fork
             return
-        self._file.detach()
+        detached[1]()  # closes the child's copy of the parent's descriptor; the parent's stays open
         self._open(f"{self.worker.split('.')[0]}.{os.getpid()}")
 
     def _next_id_number(self) -> int:
@@ -94,14 +100,18 @@ class LedgerWriter:
         puts it on disk to survive a host crash. Runner events sync; per-test events, thousands per
         run, skip the fsync (one each doubled the wall of 2000 trivial tests).
         """
-        record = {"event": event, "t": time.time(), **fields}  # "event" first: readers may skip by it
+        # "event" first: readers may skip by it
+        record = {"event": event, "t": time.time(), **self._redactor.data(fields)}
         line = (_ENCODER.encode(record) + "\n").encode()
         if event in NOTABLE:  # only ever set: the sampler's thread writes too
             self.notable = True
         with self._lock:
             self._write(line)
             if sync:
-                self._file.sync()
+                try:
+                    self._file.sync()
+                except OSError as error:
+                    self._lose(error)
         return record
 
     def test(
@@ -121,9 +131,10 @@ class LedgerWriter:
         announces is mostly the next line's own: its JSON is kept for it.
         """
         known, quoted = self._announced
+        clean = self._redactor.text  # a test id that carries a credential (a parameter) is written without it
         if nodeid is not known:
-            quoted = _quoted(nodeid)
-        then = "null" if following is None else _quoted(following)
+            quoted = _quoted(clean(nodeid))
+        then = "null" if following is None else _quoted(clean(following))
         self._announced = (following, then)
         setup = "null" if setup_s is None else "0.000" if setup_s < 0.0005 else f"{setup_s:.3f}"
         call = "null" if call_s is None else "0.000" if call_s < 0.0005 else f"{call_s:.3f}"
@@ -139,7 +150,22 @@ class LedgerWriter:
         other events also keeps a fork from meeting one half done. A test's line comes from the thread that
         runs the tests, which is also the one that forks, and skips it: the lock cost as much as the
         line, every test."""
-        self._file.write(data)
+        try:
+            self._file.write(data)
+        except OSError as error:
+            self._lose(error)
+
+    def _lose(self, error: OSError) -> None:
+        """The file refused a line (a full disk): said once, in one line, and nothing more is written."""
+        if isinstance(self._file, files.Lost):
+            return
+        self._file = files.Lost()  # the descriptor stays open until ``close``, which the finalizer holds
+        print(
+            f"harness: error: cannot write the ledger {self.path} ({error.strerror or error}); "
+            "this process records nothing more, its report lacks what follows",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def alone_and_quiet(self) -> bool:
         """Whether this writer wrote no NOTABLE event and its file is its directory's only one (no forked

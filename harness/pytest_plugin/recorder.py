@@ -76,7 +76,8 @@ def _record(config: pytest.Config, here: Context) -> None:
     """This process's ledger, the runner patches, the test recorder, the reuse pool and the frozen
     collection."""
     here.owner.worker = worker_id(config)
-    here.writer = writer = ledger.LedgerWriter(config.stash[DIRECTORY], worker=here.owner.worker)
+    args = config.invocation_params.args  # an xdist worker's are the controller's: its options' credentials
+    here.writer = writer = ledger.LedgerWriter(config.stash[DIRECTORY], worker=here.owner.worker, args=args)
     patches.install()
     os.environ[CHILD] = here.owner.export(str(writer.directory))
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
@@ -98,7 +99,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if DIRECTORY in config.stash:
         here = process_context(config)
         if here.writer is not None:
-            here.writer.close()  # its file's zero tail cut now, not at the interpreter's exit
+            here.writer.close()
         here.writer = here.pool = None
     outer = config.stash.get(_OUTER_CHILD, None)
     if outer is None:

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from harness.errors import HarnessError, ReportError
 from harness.ledger.reader import Ledger, started
@@ -216,9 +216,9 @@ def starts(records: Iterable[Record], reuses: Iterable[dict] = ()) -> Starts:
     records, reuses = list(records), list(reuses)
 
     def grouped(key: str) -> dict[str, Tally]:
-        keys = sorted({r[key] for r in [*records, *reuses]}, key=str)
+        keys: list[Any] = sorted({r.get(key) for r in [*records, *reuses]}, key=str)  # None: not known
         return {
-            k: _tally([r for r in records if r[key] == k], [r for r in reuses if r[key] == k])  # type: ignore[literal-required]
+            k: _tally([r for r in records if r.get(key) == k], [r for r in reuses if r.get(key) == k])
             for k in keys
         }
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import platform as host
-import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness.ledger.redaction import REDACTED, secret_name
 from harness.platform.packages import installed
 
 # The environment is copied by allow-list only: device masks, platform and harness settings.
@@ -29,14 +29,6 @@ ENV_NAMES = frozenset(
     }
 )
 ENV_PREFIXES = ("HARNESS_",)
-# A variable named like a credential: its value is shown as REDACTED, and redacted wherever it appears.
-SECRET = re.compile(
-    r"TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL|AUTH|API_?KEY|PRIVATE|(^|_)(PAT|KEY|PWD)(_|$)", re.IGNORECASE
-)
-# user:password@ (or token@) in a URL: https://user:token@host/simple
-URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
-REDACTED = "[redacted]"
-SHORTEST_SECRET = 8  # shorter values (on, true, a tag name) would redact ordinary text and markup
 
 
 def versions(tree: Path) -> dict:
@@ -55,29 +47,10 @@ def versions(tree: Path) -> dict:
 
 
 def environment(env: Mapping[str, str]) -> dict:
-    """The allow-listed variables only, never the whole environment; credentials redacted."""
+    """The allow-listed variables only, never the whole environment; one named like a credential keeps
+    its name with the value ``[redacted]`` (the report's other credentials go in ``finalize``)."""
     return {
-        name: REDACTED if SECRET.search(name) else redact(env[name], env)
+        name: REDACTED if secret_name(name) and env[name] else env[name]
         for name in sorted(env)
         if name in ENV_NAMES or name.startswith(ENV_PREFIXES)
     }
-
-
-def redact(text: str, env: Mapping[str, str]) -> str:
-    """``text`` without URL credentials and without the value of any variable named like a secret."""
-    text = URL_CREDENTIALS.sub(lambda match: match["scheme"] + REDACTED + "@", text)
-    for name, value in env.items():
-        if SECRET.search(name) and len(value) >= SHORTEST_SECRET and value in text:
-            text = text.replace(value, REDACTED)
-    return text
-
-
-def redact_all(value, env: Mapping[str, str]):
-    """Every string in a JSON-like value (keys too) through ``redact``."""
-    if isinstance(value, str):
-        return redact(value, env)
-    if isinstance(value, dict):
-        return {redact_all(key, env): redact_all(item, env) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_all(item, env) for item in value]
-    return value

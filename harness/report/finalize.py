@@ -9,40 +9,55 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from harness.errors import HarnessError
+from harness.ledger.redaction import Redactor
 from harness.report import html, junit, summary, timeline
 from harness.report.build import build
-from harness.report.environment import redact, redact_all
 from harness.report.publish import publish as publish_summary
 from harness.report.schema import Report
 from harness.report.store import write_atomic
 
 
-def finalize(run_dir: Path, env: Mapping[str, str] | None = None, publish: bool = True) -> Report:
+def finalize(
+    run_dir: Path,
+    env: Mapping[str, str] | None = None,
+    publish: bool = True,
+    args: Iterable[str] | None = None,
+) -> Report:
     """Write every report file of ``run_dir`` and return the report.
 
+    Credentials (``env``'s, and those of options in ``args``, the command line by default) are taken out
+    of the report's data before any file is rendered, and out of pytest's own JUnit files of the run.
     ``publish`` appends the summary to ``$GITHUB_STEP_SUMMARY`` and annotates the Buildkite build when
     the environment says we run there.
     """
     env = os.environ if env is None else env
     run_dir = Path(run_dir)
-    report = redact_all(build(run_dir, env), env)
+    redactor = Redactor(env, sys.argv if args is None else args)
+    report = redactor.data(build(run_dir, env))
     text = summary.render(report)
     svg = timeline.svg(report)
     files = {
         # allow_nan=False: NaN is not JSON; the build never lets one through, this keeps it so
         "report.json": json.dumps(report, indent=1, sort_keys=False, allow_nan=False) + "\n",
-        "junit.xml": junit.merge(run_dir / "junit", report["records"], report["tests"]),
+        "junit.xml": junit.merge(run_dir / "junit", report["records"], report["tests"], redactor.text),
         "summary.md": text,
         "timeline.svg": svg,
         "report.html": html.page(report, svg, text),
     }
-    for stale in run_dir.glob(".*.tmp"):  # a write of an earlier run killed before its rename
-        stale.unlink(missing_ok=True)
-    for name, content in files.items():  # test output in pytest's JUnit may carry a token too
-        write_atomic(run_dir / name, content if name == "report.json" else redact(content, env))
+    try:
+        for stale in run_dir.glob(".*.tmp"):  # a write of an earlier run killed before its rename
+            stale.unlink(missing_ok=True)
+        for path, content in junit.redacted(run_dir / "junit", redactor.text):  # failure texts carry them too
+            write_atomic(path, content)
+        for name, content in files.items():
+            write_atomic(run_dir / name, content)
+    except OSError as error:  # a full disk, a directory made read-only meanwhile
+        raise HarnessError(f"{run_dir}: cannot write the report ({error.strerror or error})") from None
     if publish:
         publish_summary(text, report, env)
     return report

@@ -8,19 +8,25 @@ classname/name mapping pytest's junitxml uses.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from _pytest.junitxml import mangle_test_address
+from _pytest.junitxml import bin_xml_escape, mangle_test_address
 
 from harness.report.schema import Record, TestResult
 
 START_PROPERTY = "harness.runner-start"
 
 
-def merge(junit_dir: Path, records: Iterable[Record], tests: Iterable[TestResult] = ()) -> str:
+def merge(
+    junit_dir: Path,
+    records: Iterable[Record],
+    tests: Iterable[TestResult] = (),
+    redact: Callable[[str], str] = str,
+) -> str:
     """The merged JUnit XML text of every ``<phase>.xml`` (and a resumed phase's ``<phase>+N.xml``) in
-    ``junit_dir``; a test pytest could not write (its process died) is added from the ledger."""
+    ``junit_dir``; a test pytest could not write (its process died) is added from the ledger. Every text
+    and attribute goes through ``redact``: pytest's failure texts may carry a credential."""
     by_case: dict[tuple[str | None, str, str], list[Record]] = {}
     for record in records:
         if test := record.get("test"):
@@ -37,8 +43,39 @@ def merge(junit_dir: Path, records: Iterable[Record], tests: Iterable[TestResult
                     _add_properties(case, by_case[key])
             root.append(suite)
     _add_missing(root, list(tests))
+    _clean(root, redact)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def redacted(junit_dir: Path, redact: Callable[[str], str]) -> Iterator[tuple[Path, str]]:
+    """Each of pytest's own JUnit files in ``junit_dir`` that carries what ``redact`` takes out, and its
+    text without it; a file that does not parse (a killed phase's) is redacted as text."""
+    for path in sorted(Path(junit_dir).glob("*.xml")) if Path(junit_dir).is_dir() else []:
+        original = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            root = ET.fromstring(original)
+        except ET.ParseError:
+            if redact(original) != original:
+                yield path, redact(original)
+            continue
+        strings = [s for e in root.iter() for s in (e.text, e.tail, *e.attrib.values()) if s]
+        if any(redact(string) != string for string in strings):
+            _clean(root, redact)
+            yield path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _clean(root: ET.Element, redact: Callable[[str], str]) -> None:
+    """Every text and attribute of the tree redacted, and in characters XML 1.0 allows: an ANSI escape or
+    another control character (in a test id, a message, a model name) as pytest's junitxml writes it
+    (``#x1B``). ElementTree writes them as they are, which no XML parser reads back."""
+    for element in root.iter():
+        if element.text:
+            element.text = str(bin_xml_escape(redact(element.text)))
+        if element.tail:
+            element.tail = str(bin_xml_escape(redact(element.tail)))
+        for name, value in element.attrib.items():
+            element.set(name, str(bin_xml_escape(redact(value))))
 
 
 def case_key(nodeid: str) -> tuple[str, str]:

@@ -28,9 +28,9 @@ from harness.config.settings import Settings, ci_deadline, load_settings
 from harness.config.suites import Suite, load_suite
 from harness.config.variables import CONFIGURATIONS, SWITCH
 from harness.errors import HarnessError
+from harness.ledger.redaction import Redactor
 from harness.platform import detect
 from harness.platform.slots import auto_workers
-from harness.report.environment import redact_all
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS, worst
 from harness.report.schema import Report
@@ -187,7 +187,10 @@ def _empty(phase, paths, count: int | None, shard) -> str | None:
 
 
 def _write(out: Path, meta: dict) -> None:
-    write_atomic(out / "phases.json", json.dumps(redact_all(meta, os.environ), indent=1) + "\n")
+    """``phases.json``, without the credentials of the environment and of the command line (its pytest
+    arguments are among the phases' ``args``)."""
+    meta = Redactor(os.environ, sys.argv).data(meta)
+    write_atomic(out / "phases.json", json.dumps(meta, indent=1) + "\n")
 
 
 def _finish(out: Path, meta: dict, console, env: dict) -> None:

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from harness.report.finalize import finalize
 from harness.report.junit import START_PROPERTY, case_key, merge
 from tests.fakes import gpu
-from tests.unit.report_runs import GIB, overlap_run, run_suite
+from tests.unit.report_runs import GIB, Run, overlap_run, run_suite
 
 pytest_plugins = ["pytester"]
 
@@ -100,3 +100,25 @@ def test_an_unreadable_phase_file_becomes_a_suite_that_says_why(tmp_path):
 def test_no_junit_directory_gives_an_empty_merge(tmp_path):
     root = ET.fromstring(merge(tmp_path / "junit", []))
     assert (root.tag, list(root)) == ("testsuites", [])
+
+
+CONTROL = "\x1b[31mred\x1b[0m line\nbreak\ttab\x00nul\x0bvt\x7fdel"
+
+
+def test_junit_xml_stays_valid_with_control_characters_in_a_test_id_and_message(tmp_path):
+    """An ANSI escape, a newline, NUL and other control characters in a test id, a crash message and a
+    model name: junit.xml parses with xml.etree, and says where they were as pytest's junitxml would."""
+    run = Run(tmp_path).phase("default", 0, 10)
+    worker = run.worker("default")
+    nodeid = f"tests/t.py::test_x[{CONTROL}]"
+    worker.runner(nodeid, 1, 3, 5, model=f"model{CONTROL}")
+    worker.test(nodeid, "failed", t=6)
+    worker.write("test-start", 7, nodeid=f"tests/t.py::test_y[{CONTROL}]")
+    worker.write("crash", 8, test=f"tests/t.py::test_y[{CONTROL}]", how=f"killed {CONTROL}")
+    run.finalize()
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    names = [case.get("name") for case in root.iter("testcase")]
+    assert len(names) == 2 and all("#x1B[31mred" in name for name in names)
+    assert all("\x1b" not in name and "\x00" not in name for name in names)
+    texts = [e.text or "" for e in root.iter()] + [v for e in root.iter() for v in e.attrib.values()]
+    assert any("killed #x1B[31mred" in text for text in texts)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import mmap
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
 
 from harness import ledger
 from harness.errors import HarnessError
-from harness.ledger import files
 
 pytest_plugins = ["pytester"]
 
@@ -293,7 +293,8 @@ def test_lines_that_are_not_utf8_or_lack_their_fields_are_skipped_when_a_worker_
     assert _start(again) == "gw0-2"
     merged = ledger.read(tmp_path)
     assert [r["id"] for r in merged.records] == ["gw0-1", "gw0-2"]
-    assert merged.tests == [] and list(merged.collected) == ["t.py::x"]
+    assert merged.tests == [] and list(merged.collected) == []
+    assert [f["type"] for f in merged.findings] == ["bad-ledger-line"] * 3 + ["never-stopped"] * 2
 
 
 def test_a_test_its_process_died_in_is_an_error_saying_how(tmp_path):
@@ -323,13 +324,19 @@ def test_a_ledger_file_is_never_opened_through_a_symlink(tmp_path):
         ledger.read(tmp_path / "led")
 
 
-def test_nan_and_infinite_numbers_in_a_ledger_read_as_null_so_none_reaches_report_json(tmp_path):
+def test_nan_and_infinite_numbers_in_a_ledger_are_bad_lines_so_none_reaches_report_json(tmp_path):
     writer = ledger.LedgerWriter(tmp_path, worker="gw0")
     writer.write("test", nodeid="t.py::x", file="t.py", outcome="passed", call_s=float("nan"))
+    writer.write("test", nodeid="t.py::z", file="t.py", outcome="passed", call_s=1.0)
     writer.close()
     with open(tmp_path / "gw0.jsonl", "a") as handle:
         handle.write('{"event": "test", "t": 1, "nodeid": "t.py::y", "outcome": "passed", "call_s": 1e400}\n')
-    assert [t["call_s"] for t in ledger.read(tmp_path).tests] == [None, None]
+    merged = ledger.read(tmp_path)
+    assert [t["nodeid"] for t in merged.tests] == ["t.py::z"]
+    assert [f["message"] for f in merged.findings] == [
+        "gw0.jsonl line 1 skipped: a number that is NaN, not finite",
+        "gw0.jsonl line 3 skipped: a number that is 1e400, not finite",
+    ]
 
 
 def _session(tmp_path, worker="gw0", phase="p"):
@@ -421,9 +428,8 @@ def test_test_lines_and_another_threads_events_all_come_back_whole(tmp_path):
 
 
 def test_a_killed_writers_lines_stay_and_its_replacement_goes_on_after_them(tmp_path):
-    """A writer killed mid-session (``os._exit``, nothing closed) leaves its lines and the zero tail of its
-    map; readers take the lines, and a replacement worker writes on right after them, with no zeros left
-    between or after once it closes."""
+    """A writer killed mid-session (``os._exit``, nothing closed) leaves its lines, and nothing else: the
+    file's size is its content; a replacement worker writes on right after them."""
     pid = os.fork()
     if pid == 0:
         killed = ledger.LedgerWriter(tmp_path, worker="gw0")
@@ -431,7 +437,8 @@ def test_a_killed_writers_lines_stay_and_its_replacement_goes_on_after_them(tmp_
         killed.test("t.py::a", "passed", 0.0, 0.0, 0.0, "t.py::b")
         os._exit(0)
     assert os.waitpid(pid, 0)[1] == 0
-    assert (tmp_path / "gw0.jsonl").read_bytes().endswith(b"\0")
+    data = (tmp_path / "gw0.jsonl").read_bytes()
+    assert data.endswith(b"\n") and b"\0" not in data and len(data.splitlines()) == 2
     assert [t["nodeid"] for t in ledger.read(tmp_path).tests] == ["t.py::a", "t.py::b"]  # b: died in it
     replacement = ledger.LedgerWriter(tmp_path, worker="gw0")
     assert _start(replacement) == "gw0-2"
@@ -440,52 +447,98 @@ def test_a_killed_writers_lines_stay_and_its_replacement_goes_on_after_them(tmp_
     assert b"\0" not in data and data.endswith(b"\n") and len(data.splitlines()) == 3
 
 
-def test_a_second_live_writer_of_a_name_writes_a_file_of_its_own(tmp_path):
-    """Two sessions at once in one ledger directory: the second gets ``<worker>.<pid>.jsonl``, since a
-    mapped file takes one process's lines; every line of both comes back."""
+def test_an_open_files_size_is_its_content(tmp_path):
+    """No tail of zeros grown ahead: what ``stat`` says of a file being written is its lines."""
+    writer = ledger.LedgerWriter(tmp_path, worker="main")
+    for n in range(100):
+        writer.test(f"t.py::test_{n}", "passed", 0.0, 0.0, 0.0, None)
+    data = (tmp_path / "main.jsonl").read_bytes()
+    assert os.path.getsize(tmp_path / "main.jsonl") == len(data) and data.endswith(b"\n")
+    assert b"\0" not in data and len(data.splitlines()) == 100
+
+
+def test_two_live_writers_of_a_name_share_its_file_line_by_line(tmp_path):
+    """Two sessions at once in one ledger directory append to the same file, each line whole: every line of
+    both comes back."""
     first = ledger.LedgerWriter(tmp_path, worker="main")
     second = ledger.LedgerWriter(tmp_path, worker="main")
-    assert (first.path.name, second.path.name) == ("main.jsonl", f"main.{os.getpid()}.jsonl")
-    _start(first, model="a")
-    _start(second, model="b")
-    assert sorted(r["model"] for r in ledger.read(tmp_path).records) == ["a", "b"]
+    assert first.path == second.path
+    for n in range(500):
+        first.write("memory", sync=False, used={"a": n})
+        second.write("memory", sync=False, used={"b": n})
+    assert len(ledger.read(tmp_path).samples) == 1000
+    assert os.listdir(tmp_path) == ["main.jsonl"]
 
 
-def test_a_file_system_that_maps_no_files_gets_one_write_a_line(tmp_path, monkeypatch):
-    """Where ``mmap`` fails (some FUSE or 9p mounts; faked here), each line is one ``write`` call."""
-
-    def unmappable(*args, **kwargs):
-        raise OSError(19, "No such device")
-
-    monkeypatch.setattr(mmap, "mmap", unmappable)
-    writer = ledger.LedgerWriter(tmp_path, worker="main")
-    writer.test("t.py::a", "passed", 0.0, 0.0, 0.0, None)
-    assert (tmp_path / "main.jsonl").read_bytes().startswith(b'{"event": "test"')  # no zeros, open or not
-    assert [t["nodeid"] for t in ledger.read(tmp_path).tests] == ["t.py::a"]
-
-
-def test_a_tests_line_costs_no_system_call(tmp_path):
-    """The ledger line every test writes is a copy into a shared map: no ``write`` call (Linux counts them
-    per process in ``/proc/self/io``); one each was most of a trivial test's ledger cost."""
-    writer = ledger.LedgerWriter(tmp_path, worker="main")
-    before = _write_calls()
-    for n in range(1000):
-        writer.test(f"t.py::test_{n}", "passed", 0.0, 0.0, 0.0, f"t.py::test_{n + 1}")
-    assert _write_calls() - before < 10
-    assert len(ledger.read(tmp_path).tests) == 1001  # the last one announced, never ended
+def test_a_forked_child_writes_a_file_of_its_own(tmp_path):
+    writer = ledger.LedgerWriter(tmp_path, worker="gw0")
+    pid = os.fork()
+    if pid == 0:
+        _start(writer, model="child")
+        writer.close()
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    _start(writer, model="parent")
+    assert sorted(os.listdir(tmp_path)) == sorted(["gw0.jsonl", f"gw0.{pid}.jsonl"])
+    assert sorted(r["model"] for r in ledger.read(tmp_path).records) == ["child", "parent"]
 
 
-def _write_calls() -> int:
-    with open("/proc/self/io") as io:
-        return next(int(line.split()[1]) for line in io if line.startswith("syscw:"))
+FULL_DISK = """
+import sys
+from harness import ledger
+writer = ledger.LedgerWriter(sys.argv[1], worker="main")
+for n in range(5000):  # about 600 KiB of lines, on a 64 KiB file system
+    writer.test(f"t.py::test_{n}", "passed", 0.0, 0.0, 0.0, f"t.py::test_{n + 1}")
+    writer.write("memory", sync=n % 100 == 0, used={"cpu": n})
+writer.close()
+print("went on")
+"""
 
 
-def test_a_mapped_file_grows_past_its_first_chunk_and_closes_to_its_lines(tmp_path):
-    writer = ledger.LedgerWriter(tmp_path, worker="main")
-    tests = 2 * files.CHUNK // 150  # lines of about 150 bytes: two chunks' worth
-    for n in range(tests):
-        writer.test(f"t.py::test_{n}", "passed", 0.0, 0.0, 0.0, None)
-    assert len(ledger.read(tmp_path).tests) == tests  # read while open, its zero tail dropped
-    writer.close()
-    data = (tmp_path / "main.jsonl").read_bytes()
-    assert len(data) > 2 * files.CHUNK and data.endswith(b"\n") and b"\0" not in data
+def _on_a_full_disk(tmp_path, script: str, *args: str) -> subprocess.CompletedProcess:
+    """``script`` run by this Python with a 64 KiB tmpfs mounted at ``tmp_path / "small"`` in a private
+    mount namespace (``unshare -m``: root, as in CI containers that allow it)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    (tmp_path / "script.py").write_text(script)
+    shell = 'mount -t tmpfs -o size=64k tmpfs "$1" && shift && exec "$@"'
+    script_path = str(tmp_path / "script.py")
+    command = ["unshare", "-m", "sh", "-c", shell, "sh", str(small), sys.executable, script_path]
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here: {probe.stderr.decode().strip()}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def test_a_full_disk_is_one_line_on_stderr_and_the_process_goes_on(tmp_path):
+    """ENOSPC on a real 64 KiB tmpfs: one ``harness: error:`` line naming the file, no SIGBUS (the mapped
+    ledger's end), no traceback, and the process carries on to its end."""
+    done = _on_a_full_disk(tmp_path, FULL_DISK, str(tmp_path / "small"))
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout == "went on\n"
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("harness: error: cannot write the ledger ") and "No space left on device" in line
+
+
+PYTEST_ON_A_FULL_DISK = """
+import sys
+import pytest
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "--harness-ledger-dir", sys.argv[1], sys.argv[2]]))
+"""
+
+
+def test_a_pytest_session_whose_ledger_fills_the_disk_passes_with_one_line_said(tmp_path):
+    """The plugin's own session, its ledger on a full 64 KiB tmpfs: its tests pass (exit 0), the harness
+    says so in one line, pytest shows no INTERNALERROR and is not killed by SIGBUS."""
+    suite = tmp_path / "test_many.py"
+    suite.write_text("import pytest\n\n@pytest.mark.parametrize('n', range(3000))\ndef test_n(n): pass\n")
+    done = _on_a_full_disk(tmp_path, PYTEST_ON_A_FULL_DISK, str(tmp_path / "small"), str(suite))
+    assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert "INTERNALERROR" not in done.stdout + done.stderr and "Traceback" not in done.stderr
+    assert "3000 passed" in done.stdout
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("harness: error:")]
+    assert "No space left on device" in line
