@@ -106,6 +106,9 @@ def _phase(where: str, given: object, suite_paths: tuple[str, ...] | None) -> Ph
     if "paths" not in values and suite_paths is None:
         raise ConfigError(f"{where} paths: missing (give it here or in the suite table)")
     _plain_paths(where, values.get("paths", ()))
+    for key in ("markers", "keywords"):  # their grammar is pytest's, checked in the run's collection
+        if values.get(key) is not None and not values[key].strip():
+            expected(f"{where} {key}", "a pytest expression (or no key: every test)", values[key])
     return Phase(**{"paths": suite_paths, **values, "name": name})
 
 

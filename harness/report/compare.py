@@ -89,10 +89,18 @@ def _load(given: str) -> Report:
         raise HarnessError(f"{target}: not a regular file (a report is a report.json or its run directory)")
     report = load(path)
     try:
-        _suite(report), _phases(report), _files(report)
+        figures = [_suite(report), *_phases(report).values(), *_files(report).values()]
     except (KeyError, TypeError, AttributeError, ValueError) as error:
-        raise HarnessError(f"{target}: not a harness report's shape ({type(error).__name__}: {error})") from None
+        problem = f"{type(error).__name__}: {error}"
+        raise HarnessError(f"{target}: not of a harness report's shape ({problem})") from None
+    for metric, value in ((m, v) for figure in figures for m, v in figure.items()):
+        if value is not None and not _finite(value):
+            raise HarnessError(f"{target}: report figure {metric} is {value!r}, not a number")
     return report
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def compare(before: Report, after: Report) -> dict:

@@ -113,7 +113,7 @@ def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
     """The phases in order, then the report; a SIGTERM/SIGHUP/SIGINT stops them and still reports."""
     out, env, settings, selected = run.out, run.env, run.settings, run.selected
     platform = detection.platform.name
-    run.meta = meta = {
+    meta: dict[str, Any] = {
         "suite": suite.name,
         "platform": platform,
         "platform_reason": detection.reason,
@@ -121,6 +121,7 @@ def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
         "started": time.time(),
         "phases": [],
     }
+    run.meta = meta
     _write(out, meta)
     where = escape(f"{platform} ({detection.reason}) → {out}")  # a path's "[bold]" is text, not markup
     run.console.print(f"[bold]harness run {suite.name}[/] on {where}")
@@ -179,7 +180,8 @@ def _phase(run: _Run, phase) -> dict:
     entry["selected"] = count
     run.meta["phases"].append(entry)
     _write(run.out, run.meta)
-    status = "timed out" if result["timed_out"] else ("failed" if phase_exit(result["exit_code"], False) else "ok")
+    failed = phase_exit(result["exit_code"] or 0, timed_out=False)
+    status = "timed out" if result["timed_out"] else ("failed" if failed else "ok")
     run.console.print(f"phase {phase.name}: {status} (exit {result['exit_code']}) in {wall:.1f} s")
     return entry
 
