@@ -14,16 +14,19 @@ no stale writer can touch a later run's files.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import select
 import signal
-import subprocess
-import sys
-import time
 
-import psutil
+# harness run sends SIGINT to this process group so that pytest writes its JUnit: it is not for us, from
+# the first moment on. A handler rather than SIG_IGN: an exec resets handlers, so COMMAND gets the default.
+signal.signal(signal.SIGINT, lambda signum, frame: None)
+
+import contextlib  # noqa: E402
+import ctypes  # noqa: E402
+import os  # noqa: E402
+import select  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -34,9 +37,6 @@ END_WITHIN_S = 30.0  # killed processes are gone at once; a process stuck in the
 def main(argv: list[str]) -> int:
     pipe, command = int(argv[0]), argv[1:]
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    # harness run sends SIGINT to this process group so that pytest writes its JUnit: it is not for us.
-    # A handler rather than SIG_IGN: an exec resets handlers, so COMMAND gets SIGINT's default again.
-    signal.signal(signal.SIGINT, lambda signum, frame: None)
     try:
         process = subprocess.Popen(command, preexec_fn=_dies_with(os.getpid()))  # noqa: PLW1509
     except OSError as error:
@@ -54,33 +54,26 @@ def main(argv: list[str]) -> int:
 
 
 def _end_descendants(process: subprocess.Popen) -> None:
-    """SIGKILL to every live descendant until none is left; orphans reparented here are reaped."""
+    """SIGKILL to every live descendant until none is left; orphans reparented here are reaped, all but
+    COMMAND (whose status ``Popen.wait`` reads)."""
+    import psutil  # here, not at the top: the keeper starts within the phase's time
+
     me = psutil.Process()
     deadline = time.monotonic() + END_WITHIN_S
     while time.monotonic() < deadline:
-        alive = [p for p in me.children(recursive=True) if _running(p)]
-        for child in alive:
+        alive = []
+        for descendant in me.children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                child.kill()
-        _reap(process.pid)
+                if descendant.status() != psutil.STATUS_ZOMBIE:
+                    descendant.kill()
+                    alive.append(descendant)
+        for child in me.children():
+            if child.pid != process.pid:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(child.pid, os.WNOHANG)
         if not alive:
             return
         time.sleep(0.02)
-
-
-def _running(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _reap(keep: int) -> None:
-    """Collect every exited child but COMMAND (whose status ``Popen.wait`` reads)."""
-    for child in psutil.Process().children():
-        if child.pid != keep:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(child.pid, os.WNOHANG)
 
 
 def _dies_with(parent: int):

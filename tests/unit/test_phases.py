@@ -262,7 +262,7 @@ def test_a_malformed_suite_table_fails_the_run_with_exit_2(project, capsys):
     assert harness(["run", "--platform", "cpu", "models"]) == 2
     assert capsys.readouterr().err == (
         "harness: error: [tool.harness.suites.models] phase 'x' workers: "
-        "expected 'per-gpu', 'serial' or an integer ≥ 1, got 'many'\n"
+        "expected 'per-gpu', 'serial' or an integer between 1 and 512, got 'many'\n"
     )
 
 
@@ -294,7 +294,7 @@ def test_a_malformed_suite_table_fails_the_run_with_exit_2(project, capsys):
         ),
         (
             {"paths": ["t"], "phases": [{"name": "a", "workers": 0}]},
-            "phase 'a' workers: expected 'per-gpu', 'serial' or an integer ≥ 1, got 0",
+            "phase 'a' workers: expected 'per-gpu', 'serial' or an integer between 1 and 512, got 0",
         ),
         (
             {"paths": ["t"], "phases": [{"name": "a", "markers": ""}]},
