@@ -18,6 +18,9 @@ import pytest
 from harness.cli import main as harness
 from harness.ledger.reader import running_test
 from harness.run import directory
+from harness.run.exits import run_exit
+from harness.run.process import Ended, Kept, run_phase
+from harness.run.watchdog import NOT_STARTED
 from tests.unit.report_runs import Run
 
 pytest_plugins = ["pytester"]
@@ -258,3 +261,22 @@ def _tagged(tag: str) -> list[psutil.Process]:
             if process.status() != psutil.STATUS_ZOMBIE and _environ(process).get("HARNESS_FAULT_TAG") == tag:
                 found.append(process)
     return found
+
+
+def test_a_phase_that_ends_takes_a_child_in_its_own_session_with_it(tmp_path):
+    """The keeper's subreaper: a process the phase started with setsid() and left behind is still killed."""
+    spawn = (
+        "import subprocess, sys; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+        "start_new_session=True); "
+        f"open({str(tmp_path / 'pid')!r}, 'w').write(str(child.pid))"
+    )
+    assert run_phase([sys.executable, "-c", spawn], dict(os.environ), 60) == Ended(0)
+    child = int((tmp_path / "pid").read_text())
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_phase_that_cannot_be_started_is_a_harness_fault(tmp_path):
+    kept = Kept([str(tmp_path / "no-such-python"), "-m", "pytest"], dict(os.environ), stderr=subprocess.PIPE)
+    assert kept.end() == NOT_STARTED
+    assert run_exit([{"exit_code": NOT_STARTED, "timed_out": False}]) == 4
