@@ -30,7 +30,7 @@ from harness.config.validate import (
 from harness.errors import ConfigError, HarnessError
 
 Paths = Annotated[tuple[Text, ...], Bounds(1)]
-# a phase name is a directory and a file name in the run directory: no '.', '..', '/', NUL or '+'
+# a suite or phase name is a directory or file name in the run directory: no '.', '..', '/', NUL or '+'
 PHASE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness.config.suites import PHASE_NAME
 from harness.errors import HarnessError
 
 LOCK = ".harness-run.lock"
@@ -32,14 +32,12 @@ REPORT_FILES = (
     "phases-collected.json",  # the run's one collection (harness.run.selection)
     "selection.json",  # what pytest read in the pass-through arguments (harness.run.probe)
 )
-# a name that becomes one path segment of a run directory (a suite's, a phase's): no '.', '..', '/' or NUL
-SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 OWN = {"ledger": ".jsonl", "junit": ".xml", "resume": ".args"}  # subdirectory → the files a run puts there
 
 
 def segment(what: str, name: str) -> str:
     """``name`` if it can be one path segment in a run directory, else a ``HarnessError`` naming it."""
-    if not SEGMENT.fullmatch(name):
+    if not PHASE_NAME.fullmatch(name):  # no '.', '..', '/' or NUL: the one rule for suite and phase names
         raise HarnessError(
             f"{what} {name!r}: a run directory names it, so only letters, digits, '_', '.', '-' "
             "(a letter or digit first, at most 100)"
