@@ -53,9 +53,11 @@ def locked(out: Path) -> Iterator[int]:
         raise HarnessError(f"--out {str(out)!r}: a path cannot hold a NUL byte")
     if out.exists() and not out.is_dir():
         raise HarnessError(f"--out {out}: exists and is not a directory")
-    if out.is_dir() and not (out / LOCK).exists() and any(out.iterdir()):
-        raise HarnessError(f"--out {out}: not empty and not a harness run directory; give a new or empty one")
     try:
+        if out.is_dir() and not (out / LOCK).exists() and any(out.iterdir()):
+            raise HarnessError(
+                f"--out {out}: not empty and not a harness run directory (give a new or empty one)"
+            )
         out.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as error:
