@@ -13,8 +13,11 @@ phase that runs serially, with ``-n 2 --dist loadscope`` or with ``-n 2 --dist l
 - ``signal timeout``: the same with the signal method (the test fails, the process lives);
 - ``phase hang``: the test hangs past the phase's ``timeout_s`` (15 s; 120 s in the other cells);
 - ``SIGTERM run``: ``harness run`` gets SIGTERM while the test hangs (a cancelled CI job);
-- ``concurrent``: a second ``harness run`` into the same directory 1 s after the first;
-- ``kill in report``: ``harness run`` gets SIGKILL as it writes the report; ``harness report DIR`` then.
+- ``concurrent``: a second ``harness run`` into the same directory while the first runs the test;
+- ``kill in report``: ``harness run`` gets SIGKILL as it writes the report; ``harness report DIR`` then;
+- ``kill -9 run``: ``harness run`` gets SIGKILL while the test hangs, after the test started a child in a
+  session of its own; ``harness report DIR`` then. (A full disk is not a cell yet: it needs the ledger's
+  error path for ENOSPC, which issue 35's ledger work builds.)
 
 Columns: ``accounted`` (every collected test has a result, or is named in an ``unaccounted`` finding when
 the phase was stopped, and the faulty test is an ``error`` saying how it died), ``exit`` (got/expected),
@@ -52,11 +55,14 @@ FAULTS = {
     "SIGTERM run": "time.sleep(600)",
     "concurrent": "time.sleep(3)",
     "kill in report": "pass",
+    # a child in a session of its own (as an engine launcher may start one), then a hang
+    "kill -9 run": "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+    "start_new_session=True); time.sleep(600)",
 }
-EXIT = {"os._exit": 1, "SIGKILL": 1, "thread timeout": 1, "signal timeout": 1, "phase hang": 2,
-        "SIGTERM run": 143, "concurrent": 0, "kill in report": 0}  # fmt: skip
+EXIT = {"os._exit": 1, "SIGKILL": 1, "thread timeout": 1, "signal timeout": 1, "phase hang": 3,
+        "SIGTERM run": 143, "concurrent": 0, "kill in report": 0, "kill -9 run": 137}  # fmt: skip
 FAULT_FILE = """
-import os, signal, time
+import os, signal, subprocess, sys, time
 
 def test_before():
     pass
@@ -144,12 +150,20 @@ def run_cell(mode: str, fault: str) -> dict:
     if fault == "SIGTERM run":
         started(root, "test_fault.py::test_fault")
         first.send_signal(signal.SIGTERM)
-    elif fault == "concurrent":
-        time.sleep(1.0)
+    elif fault == "concurrent":  # while the first runs its test (a fixed delay lost the race under load)
+        started(root, "test_fault.py::test_fault")
         second = harness(root, env, *args)
         out, err = second.communicate(timeout=120)
         extra = f"second run: exit {second.returncode}, {len(err.splitlines())} line(s)"
         extra_ok = second.returncode == 2 and len(err.splitlines()) == 1 and "is using it" in err
+    elif fault == "kill -9 run":  # nothing of harness run's own code runs: its phase's keeper ends the rest
+        started(root, "test_fault.py::test_fault")
+        first.kill()
+        code = 128 + signal.SIGKILL if first.wait() == -signal.SIGKILL else first.returncode
+        time.sleep(2.0)  # the orphans column: anything of the phase alive 2 s after the kill (4 s below)
+        again = harness(root, env, "report", "out")
+        again.communicate(timeout=120)
+        extra = f"killed mid-test; harness report: exit {again.returncode}"
     elif fault == "kill in report":
         phases = root / "out" / "phases.json"
         while first.poll() is None and '"exit_code"' not in (phases.read_text() if phases.exists() else ""):
@@ -203,6 +217,8 @@ def check(root: Path, fault: str) -> dict:
         fault_ok = fault_test.get("outcome") == "error" and bool(fault_test.get("crash")) and not listed
     elif fault in ("phase hang", "SIGTERM run"):
         fault_ok = fault_test.get("outcome") == "error" and "stopped" in (fault_test.get("crash") or "")
+    elif fault == "kill -9 run":  # its process ended under it; the tests after it are named unaccounted
+        fault_ok = fault_test.get("outcome") == "error" and bool(fault_test.get("crash"))
     elif fault == "signal timeout":
         fault_ok = fault_test.get("outcome") == "failed"
     else:
@@ -217,17 +233,22 @@ def check(root: Path, fault: str) -> dict:
 def _collected(directory: Path) -> set[str]:
     found = set()
     for path in directory.glob("*.jsonl"):
-        for line in path.read_text().splitlines():
+        for line in _lines(path):
             event = json.loads(line)
             if event["event"] == "collected":
                 found.update(event["tests"])
     return found
 
 
+def _lines(path: Path) -> list[str]:
+    """A ledger file's lines, without the zero tail a killed writer of a mapped ledger leaves."""
+    return path.read_text().rstrip("\0").splitlines()
+
+
 def _whole(directory: Path) -> bool:
     """Every ledger line is a whole JSON event (nothing torn or lost by the fault)."""
     try:
-        lines = [line for path in directory.rglob("*.jsonl") for line in path.read_text().splitlines()]
+        lines = [line for path in directory.rglob("*.jsonl") for line in _lines(path)]
         return all(json.loads(line) for line in lines)
     except json.JSONDecodeError:
         return False

@@ -1,7 +1,8 @@
 """The ``harness`` command: argument parsing only; each subcommand lives in the module of its role.
 
 Every subcommand module exposes ``main(args) -> int``. A ``HarnessError`` becomes one line on stderr and
-exit 2, so bad input never shows a traceback.
+exit 2, so bad input never shows a traceback; any other exception is the harness's own fault: its
+traceback, then one line, and exit 4 (never 1, which CI reads as failed tests).
 """
 
 from __future__ import annotations
@@ -10,11 +11,26 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 
 from harness import __version__
 from harness.errors import HarnessError
 
 MAX_ERROR_CHARS = 500  # an error line quoting a 100 KB value would bury the log: cut it
+BAD_INPUT, FAULT = 2, 4  # harness.run.exits; docs/exit-codes.md
+RUN_EXIT_CODES = """exit codes:
+  0        passed (a phase with no tests collected is not a failure)
+  1        tests failed: a failed or errored test, a collection error, a crashed test worker
+  2        bad input: settings, arguments, paths (one line on stderr says which)
+  3        a phase stopped at its timeout
+  4        harness fault: an internal error, pytest's INTERNALERROR, a phase that could not start
+  128+N    stopped by signal N (after the report is written)
+"""
+COMPARE_EXIT_CODES = """exit codes:
+  0        no regression
+  1        a --fail-on-regression gate tripped
+  2        bad input: a missing or malformed report, a bad gate
+"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,6 +69,8 @@ def _add_run(sub) -> None:
         "run",
         help="run a suite's phases in order and write the run directory",
         usage="harness run SUITE [options] [-- pytest args]",
+        epilog=RUN_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("suite", help="a suite of [tool.harness.suites] in pyproject.toml, e.g. pooling")
     run.add_argument(
@@ -72,7 +90,12 @@ def _add_run(sub) -> None:
 
 
 def _add_compare(sub) -> None:
-    compare = sub.add_parser("compare", help="compare two reports: starts, wall, outcomes")
+    compare = sub.add_parser(
+        "compare",
+        help="compare two reports: starts, wall, outcomes",
+        epilog=COMPARE_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     compare.add_argument("before", help="the baseline: a report.json or its run directory")
     compare.add_argument("after", help="the run to judge: a report.json or its run directory")
     compare.add_argument("--format", choices=["text", "md", "json"], default="text", help="output format")
@@ -116,19 +139,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv[: len(argv) - len(pytest_args) - (1 if "--" in argv else 0)])
     except SystemExit as done:  # --help, or the one-line usage error above
-        return done.code if isinstance(done.code, int) else 2
+        return done.code if isinstance(done.code, int) else BAD_INPUT
     args.pytest_args = pytest_args
     try:
         return importlib.import_module(args.module).main(args)
     except HarnessError as error:
         _print_error(str(error))
-        return 2
+        return BAD_INPUT
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         # `harness ci matrix | head`: the reader left; say nothing more and keep stdout from raising again.
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
         return 141
+    except Exception as error:  # noqa: BLE001 -- a bug of ours: shown whole, and never read as "tests failed"
+        traceback.print_exc()
+        print(f"harness: internal error: {type(error).__name__}: {error}"[:MAX_ERROR_CHARS], file=sys.stderr)
+        return FAULT
 
 
 if __name__ == "__main__":

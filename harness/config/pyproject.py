@@ -23,11 +23,16 @@ def _tool(pyproject: Path | None) -> dict:
         return {}
     try:
         with open(pyproject, "rb") as file:
-            return tomllib.load(file).get("tool", {})
+            tool = tomllib.load(file).get("tool", {})
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{pyproject}: invalid TOML: {error}") from None
+    except UnicodeDecodeError as error:  # TOML is UTF-8; tomllib decodes before it parses
+        raise ConfigError(f"{pyproject}: not UTF-8 (byte {error.start}): TOML files are UTF-8") from None
     except OSError as error:
         raise ConfigError(f"{pyproject}: cannot read: {error.strerror}") from None
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{pyproject}: [tool] must be a table")
+    return tool
 
 
 def declares_table(pyproject: Path | None) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Literal, NamedTuple
 
 from harness.config.pyproject import find_pyproject, read_table
-from harness.config.validate import Amount, Bounds, Count, Positive, fields_of, from_text, hints, table
+from harness.config.validate import Amount, Bounds, Positive, Workers, fields_of, from_text, hints, table
 from harness.errors import ConfigError
 from harness.platform import PLATFORMS
 
@@ -34,15 +34,15 @@ class Settings(NamedTuple):
     block_grace_s: Amount = 3.0
     overlap: Literal["block", "warn"] = "block"  # declared shares past a device: block, or warn if it fits
     release_tolerance_gib: Amount = 0.5
-    memory_sample_s: Amount = 5.0
+    memory_sample_s: Annotated[float, Bounds(0.1, 3600, off=True)] = 5.0  # 0: no sampler thread
     test_timeout_s: Amount = 900.0
     # a hung phase ends with a report; CI sets HARNESS_PHASE_TIMEOUT_S below its step's own timeout
     phase_timeout_s: Positive | None = 3 * 3600.0
-    cpu_workers: Count = 1
-    workers_per_gpu: Count = 1
+    cpu_workers: Workers = 1
+    workers_per_gpu: Workers = 1
     ledger_dir: str | None = None
     reuse: bool = False
-    reuse_engines: int = 1
+    reuse_engines: Annotated[int, Bounds(1, 64)] = 1  # warm engines a process keeps
     freeze_collected: bool = True  # gc.freeze once collected (harness.pytest_plugin.frozen)
     cache_references: bool = True  # references kept across workers and runs (harness.references)
 

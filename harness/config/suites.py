@@ -8,15 +8,18 @@ default shape applies: ``shared-engine`` (tests sharing class/module-scoped engi
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Annotated, Literal
 
 from harness.config.validate import (
     Bounds,
-    Count,
     Positive,
     Text,
+    Workers,
     check,
     expected,
     fields_of,
@@ -27,10 +30,8 @@ from harness.config.validate import (
 from harness.errors import ConfigError, HarnessError
 
 Paths = Annotated[tuple[Text, ...], Bounds(1)]
-# a phase name is a directory and a file name in the run directory: no '.', '..', '/', NUL or '+'
+# a suite or phase name is a directory or file name in the run directory: no '.', '..', '/', NUL or '+'
 PHASE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
-# pytest's -m/-k grammar: or/and/not, parentheses, names (with keyword arguments in -m: name(k=v))
-_TOKEN = re.compile(r"\s*(?:(?P<paren>[()])|(?P<word>[^\s()]+)(?P<call>\([^()]*\))?)")
 
 
 @dataclass(frozen=True)
@@ -39,26 +40,32 @@ class Phase:
     paths: Paths
     markers: Text | None = None
     keywords: Text | None = None
-    workers: Literal["per-gpu", "serial"] | Count = "per-gpu"
+    workers: Literal["per-gpu", "serial"] | Workers = "per-gpu"
     dist: Literal["loadscope", "loadfile"] = "loadscope"
     timeout_s: Positive | None = None
 
-    def selection(self, paths: tuple[str, ...] | None = None, workers: int | None = None) -> list[str]:
+    def selection(
+        self, paths: tuple[str, ...] | None = None, workers: int | None = None, extra: Sequence[str] = ()
+    ) -> list[str]:
         """pytest arguments choosing this phase's tests and workers (``paths`` replaces the phase's own).
 
         ``workers`` is the count ``per-gpu`` resolved to (unknown: ``-n auto``); a phase of one worker runs
-        without xdist, so no controller process imports the suite's conftest beside the worker.
+        without xdist, so no controller process imports the suite's conftest beside the worker. ``extra``
+        (the user's) goes before ``-m`` / ``-k``: pytest keeps the last, and the phase's own (narrowed by
+        the run's) must be it.
         """
         args = list(self.paths if paths is None else paths)
+        count = {"serial": 1, "per-gpu": workers}.get(self.workers, self.workers)  # type: ignore[arg-type]
+        if count == 1:
+            args += ["-n", "0"]
+        else:  # per-gpu keeps "auto": the plugin's pytest_xdist_auto_num_workers decides it in pytest itself
+            args += ["-n", "auto" if self.workers == "per-gpu" else str(count), "--dist", self.dist]
+        args += extra
         if self.markers:
             args += ["-m", self.markers]
         if self.keywords:
             args += ["-k", self.keywords]
-        count = {"serial": 1, "per-gpu": workers}.get(self.workers, self.workers)  # type: ignore[arg-type]
-        if count == 1:
-            return args + ["-n", "0"]
-        # per-gpu keeps "auto": the plugin's pytest_xdist_auto_num_workers decides it in pytest itself
-        return args + ["-n", "auto" if self.workers == "per-gpu" else str(count), "--dist", self.dist]
+        return args
 
     def narrowed(self, markers: str | None, keywords: str | None) -> Phase:
         """This phase with the run's own ``-m`` / ``-k`` ANDed in: selection narrows, never replaces."""
@@ -99,63 +106,25 @@ def _phase(where: str, given: object, suite_paths: tuple[str, ...] | None) -> Ph
     if "paths" not in values and suite_paths is None:
         raise ConfigError(f"{where} paths: missing (give it here or in the suite table)")
     _plain_paths(where, values.get("paths", ()))
-    for key in ("markers", "keywords"):
-        if values.get(key) is not None and not _well_formed(values[key]):
-            expected(f"{where} {key}", "a pytest expression (names, and/or/not, parentheses)", values[key])
+    for key in ("markers", "keywords"):  # their grammar is pytest's, checked in the run's collection
+        if values.get(key) is not None and not values[key].strip():
+            expected(f"{where} {key}", "a pytest expression (or no key: every test)", values[key])
     return Phase(**{"paths": suite_paths, **values, "name": name})
 
 
 def _plain_paths(where: str, paths: tuple[str, ...]) -> None:
-    """No path pytest would read as an option (``-x``) or that the OS cannot take (a NUL)."""
-    odd = next((p for p in paths if p.startswith("-") or "\0" in p), None)
+    """No path pytest would read as an option (``-x``) or an arguments file (``@x``), or that the OS cannot
+    take (a NUL)."""
+    odd = next((p for p in paths if p.startswith(("-", "@")) or "\0" in p), None)
     if odd is not None:
-        expected(f"{where} paths", "paths not starting with '-' and without NUL (write ./-x)", odd)
-
-
-def _well_formed(expression: str) -> bool:
-    """Whether ``expression`` parses in pytest's -m/-k grammar, so a typo fails before the run starts
-    (a worker's usage error is an xdist INTERNALERROR). pytest keeps its parser private; this follows its
-    grammar: ``expr := and ('or' and)*``, ``and := not ('and' not)*``,
-    ``not := 'not' not | '(' expr ')' | name``."""
-    tokens, position = [], 0
-    while position < len(expression.rstrip()):
-        match = _TOKEN.match(expression, position)
-        if not match:
-            return False
-        tokens.append(match["paren"] or match["word"])
-        position = match.end()
-    return _expr(tokens, 0) == len(tokens)
-
-
-def _expr(tokens: list[str], i: int | None) -> int | None:
-    i = _and(tokens, i)
-    while i is not None and i < len(tokens) and tokens[i] == "or":
-        i = _and(tokens, i + 1)
-    return i
-
-
-def _and(tokens: list[str], i: int | None) -> int | None:
-    i = _not(tokens, i)
-    while i is not None and i < len(tokens) and tokens[i] == "and":
-        i = _not(tokens, i + 1)
-    return i
-
-
-def _not(tokens: list[str], i: int | None) -> int | None:
-    """The index after one ``not`` term starting at ``i``; None where none starts."""
-    if i is None or i >= len(tokens):
-        return None
-    if tokens[i] == "not":
-        return _not(tokens, i + 1)
-    if tokens[i] == "(":
-        i = _expr(tokens, i + 1)
-        return i + 1 if i is not None and i < len(tokens) and tokens[i] == ")" else None
-    return i + 1 if tokens[i] not in (")", "and", "or") else None
+        expected(f"{where} paths", "paths not starting with '-' or '@' and without NUL (write ./-x)", odd)
 
 
 def parse_suite(name: str, given: object) -> Suite:
     """One ``[tool.harness.suites.<name>]`` table → ``Suite``; a ``ConfigError`` names suite, phase, key."""
     where = f"[tool.harness.suites.{name}]"
+    if not PHASE_NAME.fullmatch(name):  # it names the default run directory, harness-out/<suite>-<platform>
+        expected(f"{where} name", "letters, digits, '_', '.', '-' (a letter or digit first, ≤ 100)", name)
     values = fields_of(where, table(where, given), SUITE_KINDS)
     paths = values.get("paths")
     _plain_paths(where, paths or ())
@@ -187,3 +156,18 @@ def load_suite(harness_table: dict, name: str, only: list[str] | None = None) ->
     if unknown:
         raise HarnessError(f"suite {name!r} has no phase {unknown[0]!r} (phases: {', '.join(names)})")
     return Suite(name, tuple(p for p in suite.phases if p.name in only))
+
+
+def check_paths(suite: Suite, root: Path) -> None:
+    """Every phase path exists and lies inside the project at ``root``: pytest would otherwise collect
+    nothing, or another tree. Paths are read from the current directory, as pytest reads them; ``..`` is
+    resolved by name, so a symlink the project keeps inside it still counts as inside."""
+    inside = os.path.normpath(root.absolute())
+    for phase in suite.phases:
+        where = f"[tool.harness.suites.{suite.name}] phase {phase.name!r} paths"
+        for given in phase.paths:
+            path = os.path.normpath(Path.cwd() / given.split("::", 1)[0])
+            if os.path.commonpath([inside, path]) != inside:
+                raise ConfigError(f"{where}: {given!r} is outside the project ({inside})")
+            if not os.path.exists(path):
+                raise ConfigError(f"{where}: {given!r} does not exist")

@@ -24,9 +24,12 @@ class Bounds(NamedTuple):
     low: float | None = None
     high: float | None = None
     above: bool = False  # low itself is excluded
+    off: bool = False  # 0 is allowed too, meaning "off"
 
     def hold(self, value: Any) -> bool:
         size = len(value) if isinstance(value, str | tuple | list) else value
+        if self.off and size == 0:
+            return True
         if self.low is not None and (size <= self.low if self.above else size < self.low):
             return False
         return self.high is None or size <= self.high
@@ -35,11 +38,13 @@ class Bounds(NamedTuple):
         if noun == "a string" or noun.startswith(("a list", "an array")):
             return f"a non-empty {noun.split(' ', 1)[1]}" if self.low else noun
         if self.low is not None and self.high is not None:
-            return f"{noun} between {self.low:g} and {self.high:g}"
+            return f"{'0 (off) or ' if self.off else ''}{noun} between {self.low:g} and {self.high:g}"
         return f"{noun} {'>' if self.above else '≥'} {self.low:g}"
 
 
 Count = Annotated[int, Bounds(1)]
+# more worker processes than this is a typo (10**9), not a machine: each one imports the suite's conftest
+Workers = Annotated[int, Bounds(1, 512)]
 Amount = Annotated[float, Bounds(0)]
 Positive = Annotated[float, Bounds(0, above=True)]
 Text = Annotated[str, Bounds(1)]

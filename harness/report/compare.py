@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.report.schema import Report, Tally
@@ -64,13 +67,40 @@ class Gate:
 
 def main(args: argparse.Namespace) -> int:
     gates = [Gate.parse(spec) for spec in args.fail_on_regression]
-    before, after = load(args.before), load(args.after)
+    before, after = _load(args.before), _load(args.after)
     result = compare(before, after)
     print(render(result, args.format), end="")
     reasons = [reason for gate in gates if (reason := gate.regression(result["suite"]["metrics"]))]
     for reason in reasons:
         print(f"harness: regression: {reason}", file=sys.stderr)
     return 1 if reasons else 0
+
+
+def _load(given: str) -> Report:
+    """A report as ``load`` reads it, refused unless it is a regular file (a FIFO would block the read)
+    and of the shape ``compare`` reads: a wrong shape is bad input (2), not a regression (1)."""
+    path = Path(given)
+    target = path / "report.json" if path.is_dir() else path
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        mode = stat.S_IFREG  # missing or unreadable: load names the problem
+    if not stat.S_ISREG(mode):
+        raise HarnessError(f"{target}: not a regular file (a report is a report.json or its run directory)")
+    report = load(path)
+    try:
+        figures = [_suite(report), *_phases(report).values(), *_files(report).values()]
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        problem = f"{type(error).__name__}: {error}"
+        raise HarnessError(f"{target}: not of a harness report's shape ({problem})") from None
+    for metric, value in ((m, v) for figure in figures for m, v in figure.items()):
+        if value is not None and not _finite(value):
+            raise HarnessError(f"{target}: report figure {metric} is {value!r}, not a number")
+    return report
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def compare(before: Report, after: Report) -> dict:

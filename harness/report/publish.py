@@ -21,14 +21,23 @@ def publish(text: str, report: Report, env: Mapping[str, str]) -> None:
     """Append to ``$GITHUB_STEP_SUMMARY`` and annotate the Buildkite build, when running there.
 
     One annotation context per suite, platform and shard, so parallel jobs do not overwrite each other
-    and a re-run replaces its own. A failing agent is a warning: the report files are already written.
+    and a re-run replaces its own. Best effort: the report files are already written, so a summary file
+    that cannot be written or an agent that cannot run is a warning line, never a changed exit code.
     """
     if env.get("GITHUB_STEP_SUMMARY"):
-        with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as handle:
-            handle.write(text + "\n")
+        try:
+            with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as handle:
+                handle.write(text + "\n")
+        except OSError as error:
+            _warn(f"cannot append to $GITHUB_STEP_SUMMARY {env['GITHUB_STEP_SUMMARY']!r}: {error.strerror}")
     agent = shutil.which("buildkite-agent", path=env.get("PATH"))
     if env.get("BUILDKITE") and agent:
-        context = annotation_context(report.get("suite"), report["platform"].get("name"), report.get("shard"))
+        _annotate(agent, text, report)
+
+
+def _annotate(agent: str, text: str, report: Report) -> None:
+    context = annotation_context(report.get("suite"), report["platform"].get("name"), report.get("shard"))
+    try:
         done = subprocess.run(
             [agent, "annotate", "--style", style(report), "--context", context],
             input=text,
@@ -37,12 +46,16 @@ def publish(text: str, report: Report, env: Mapping[str, str]) -> None:
             timeout=120,
             check=False,
         )
-        if done.returncode:
-            message = (done.stderr.strip().splitlines() or [""])[-1]
-            print(
-                f"harness: warning: buildkite-agent annotate exited {done.returncode}: {message}",
-                file=sys.stderr,
-            )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        _warn(f"buildkite-agent annotate did not run: {getattr(error, 'strerror', None) or error}")
+        return
+    if done.returncode:
+        message = (done.stderr.strip().splitlines() or [""])[-1]
+        _warn(f"buildkite-agent annotate exited {done.returncode}: {message}")
+
+
+def _warn(message: str) -> None:
+    print(f"harness: warning: {' '.join(message.split())}", file=sys.stderr)
 
 
 def style(report: Report) -> str:

@@ -2,10 +2,10 @@
 
 A phase is one ``python -m pytest`` process, so the memory a phase's runners held is given back (the
 process is gone) before the next phase starts, whatever the tests leaked. Phases run in order and the run
-goes on after a failing one unless ``--fail-fast``; the exit code is the worst phase's, where pytest's 5
-(nothing collected: a shard or selection with no tests) counts as success. Before the first phase one
-collection says what each phase selects (``harness.run.selection``): a phase that selects nothing is not
-started, and a test runs in the first phase that selects it only.
+goes on after a failing one unless ``--fail-fast``; the exit code is the worst phase's
+(``harness.run.exits``). Before the first phase one collection says what each phase selects
+(``harness.run.selection``): a phase that selects nothing is not started, and a test runs in the first
+phase that selects it only.
 """
 
 from __future__ import annotations
@@ -21,24 +21,26 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.settings import Settings, ci_deadline, load_settings
-from harness.config.suites import Suite, load_suite
+from harness.config.suites import Suite, check_paths, load_suite
 from harness.config.variables import CONFIGURATIONS, SWITCH
 from harness.errors import HarnessError
 from harness.ledger.redaction import Redactor
 from harness.platform import detect
 from harness.platform.slots import auto_workers
 from harness.report.finalize import finalize
-from harness.report.outcomes import NO_TESTS, worst
+from harness.report.outcomes import NO_TESTS
 from harness.report.schema import Report
 from harness.report.store import write_atomic
 from harness.run import directory
+from harness.run.exits import phase_exit, run_exit
 from harness.run.process import Stopped, ignore_stop_signals, phase_timeout, stop_signals
 from harness.run.resume import run_resuming
-from harness.run.selection import claimed, members, split_selection
+from harness.run.selection import claimed, members
 from harness.run.shards import configurations_from, durations_from, parse_shard, shard_paths
 
 # set by harness run for each phase: a user's value would send results where the report does not look
@@ -56,6 +58,9 @@ def main(args) -> int:
     pyproject = find_pyproject()
     settings = load_settings(platform, pyproject, env)
     suite = load_suite(read_table(pyproject), args.suite, args.phases)
+    for phase in suite.phases:  # each names files in the run directory (junit/<phase>.xml, ledger/<phase>/)
+        directory.segment("phase", phase.name)
+    check_paths(suite, pyproject.parent if pyproject else Path.cwd())
     shard = parse_shard(args.shard, env)
     # CI reaches pytest through `nox -s X -- args`, so the history can also come from the environment.
     history = args.durations_from or env.get("HARNESS_DURATIONS_FROM")
@@ -63,17 +68,16 @@ def main(args) -> int:
     configurations = configurations_from(history) if history else None
     selected = shard_paths(suite, shard, durations) if shard else {}
     extra = _pytest_args(args.pytest_args or [])
-    extra, chosen = split_selection(extra)
-    suite = Suite(suite.name, tuple(p.narrowed(chosen["markers"], chosen["keywords"]) for p in suite.phases))
 
-    out = Path(args.out or f"harness-out/{suite.name}-{platform}")
-    with directory.locked(out), stop_signals():
+    out = Path(args.out or f"harness-out/{directory.segment('suite', suite.name)}-{platform}")
+    with directory.locked(out) as lock, stop_signals():
         try:
             directory.clear(out)
             if configurations is not None:  # the plugin orders tests by the configurations they started
                 write_atomic(out / "configurations.json", json.dumps(configurations, indent=1) + "\n")
                 env[CONFIGURATIONS] = str((out / "configurations.json").resolve())
-            return _run(out, suite, settings, detection, shard, selected, extra, env, args.fail_fast)
+            run = _Run(out, {}, selected, extra, env, settings, Console(), ci_deadline(env), lock)
+            return _run(run, suite, detection, shard, args.fail_fast)
         except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
             return 128 + stopped.signum
 
@@ -98,14 +102,15 @@ class _Run:
     settings: Settings
     console: Console
     deadline: float | None  # HARNESS_CI_DEADLINE: phases end in time for the report
+    lock: int  # the run directory's lock: each phase's keeper holds it until the phase's processes are gone
     workers: int | None = None  # what per-gpu resolves to (harness.platform.slots.auto_workers)
     found: dict[str, list[str]] | None = None  # each phase's node ids, from the run's one collection
     earlier: dict[str, list[str]] = field(default_factory=dict)  # ... that an earlier phase takes
 
 
-def _run(out: Path, suite, settings, detection, shard, selected, extra, env, fail_fast) -> int:
+def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
     """The phases in order, then the report; a SIGTERM/SIGHUP/SIGINT stops them and still reports."""
-    deadline = ci_deadline(env)
+    out, env, settings, selected = run.out, run.env, run.settings, run.selected
     platform = detection.platform.name
     meta: dict[str, Any] = {
         "suite": suite.name,
@@ -115,16 +120,19 @@ def _run(out: Path, suite, settings, detection, shard, selected, extra, env, fai
         "started": time.time(),
         "phases": [],
     }
+    run.meta = meta
     _write(out, meta)
-    run = _Run(out, meta, selected, extra, env, settings, Console(), deadline)
-    run.console.print(f"[bold]harness run {suite.name}[/] on {platform} ({detection.reason}) → {out}")
+    where = escape(f"{platform} ({detection.reason}) → {out}")  # a path's "[bold]" is text, not markup
+    run.console.print(f"[bold]harness run {suite.name}[/] on {where}")
     env["HARNESS_PLATFORM"] = platform  # every phase's pytest agrees with this run's platform
     env[SWITCH] = "1"  # the plugin acts in every phase, whether or not the suite's pyproject asks
     run.workers = auto_workers(detection.platform, settings, env)
     paths = [(phase, selected.get(phase.name, ()) if shard else phase.paths) for phase in suite.phases]
-    run.found = members(
-        [(p, files) for p, files in paths if files], extra, env, out, settings.phase_timeout_s
+    run.found, chosen = members(
+        [(p, files) for p, files in paths if files], run.extra, env, out, settings.phase_timeout_s, [run.lock]
     )
+    # the run's -m / -k, as pytest read them, narrow each phase's own
+    suite = Suite(suite.name, tuple(p.narrowed(chosen["markers"], chosen["keywords"]) for p in suite.phases))
     run.earlier = claimed([phase.name for phase in suite.phases], run.found or {})
     stopped = None
     try:
@@ -132,12 +140,12 @@ def _run(out: Path, suite, settings, detection, shard, selected, extra, env, fai
             run.console.rule(f"phase {number}/{len(suite.phases)}: {phase.name}")
             entry = _phase(run, phase)
             stopped = entry.get("stopped")
-            if stopped or (fail_fast and worst([entry["exit_code"]])):
+            if stopped or (fail_fast and phase_exit(entry["exit_code"], entry["timed_out"])):
                 run.console.print(f"{stopped or '--fail-fast'}: stopping after phase {phase.name}")
                 break
     except Stopped as signal_:  # between phases: nothing of ours runs
         stopped = str(signal_)
-    result = worst([p["exit_code"] for p in meta["phases"]])
+    result = run_exit(meta["phases"])
     with ignore_stop_signals():  # the report is what a cancelled job leaves; let it be written whole
         _finish(out, meta, run.console, env)
     return 128 + signal.Signals[stopped].value if stopped else result
@@ -160,19 +168,19 @@ def _phase(run: _Run, phase) -> dict:
         deselect = [f"--deselect={nodeid}" for nodeid in taken]
 
         def select(resume: tuple[str, ...] | None) -> list[str]:
-            return phase.selection(resume or paths, run.workers) + deselect + run.extra
+            return phase.selection(resume or paths, run.workers, deselect + run.extra)
 
         args_ = select(None)
         env = {**run.env, "HARNESS_PHASE": phase.name}
-        result = run_resuming(select, [sys.executable, "-m", "pytest"], env, timeout, run.out, phase.name)
+        command = [sys.executable, "-m", "pytest"]
+        result = run_resuming(select, command, env, timeout, run.out, phase.name, [run.lock])
     wall = time.time() - started
     entry = {"name": phase.name, "started": started, "wall_s": round(wall, 3), "args": args_, **result}
     entry["selected"] = count
     run.meta["phases"].append(entry)
     _write(run.out, run.meta)
-    status = (
-        "timed out" if result["timed_out"] else ("ok" if worst([result["exit_code"] or 0]) == 0 else "failed")
-    )
+    failed = phase_exit(result["exit_code"] or 0, timed_out=False)
+    status = "timed out" if result["timed_out"] else ("failed" if failed else "ok")
     run.console.print(f"phase {phase.name}: {status} (exit {result['exit_code']}) in {wall:.1f} s")
     return entry
 
@@ -208,7 +216,7 @@ def _finish(out: Path, meta: dict, console, env: dict) -> None:
     reused = total.get("reused", 0)
     avoided = f"; {reused} avoided by reuse ({total.get('saved_s', 0.0):.1f} s)" if reused else ""
     console.print(f"runner starts by kind: {shown}{avoided}")
-    console.print(f"report: {out / 'report.json'}")
+    console.print(f"report: {escape(str(out / 'report.json'))}")
     outcomes: Counter[str] = Counter()
     for phase in report["phases"]:
         outcomes.update(phase.get("outcomes", {}))

@@ -1,9 +1,11 @@
 """The run directory: one run at a time (a lock), and only the harness's own files cleared before it.
 
 A second ``harness run`` into a directory in use would merge its ledger into the first's report, or clear
-it mid-run; it fails at once instead. Clearing removes only what a run writes (ledger ``*.jsonl``, JUnit
-``*.xml``, report files, resume lists, a killed atomic write's ``.tmp``), never follows a symlink out of
-the directory, and leaves anything else a user put there.
+it mid-run; it fails at once instead. A directory that is not empty and holds no run's lock file is the
+user's, not a run directory: it is refused, so a ``summary.md`` or ``junit/*.xml`` of theirs is never
+taken for ours. Clearing removes only what a run writes (ledger ``*.jsonl``, JUnit ``*.xml``, report
+files, resume lists, a killed atomic write's ``.tmp``), never follows a symlink out of the directory, and
+leaves anything else a user put there.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import contextlib
 import fcntl
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
+from harness.config.suites import PHASE_NAME
 from harness.errors import HarnessError
 
 LOCK = ".harness-run.lock"
@@ -25,18 +29,35 @@ REPORT_FILES = (
     "timeline.svg",
     "report.html",
     "configurations.json",  # the previous run's configurations, when --durations-from gave one
+    "phases-collected.json",  # the run's one collection (harness.run.selection)
+    "selection.json",  # what pytest read in the pass-through arguments (harness.run.probe)
 )
 OWN = {"ledger": ".jsonl", "junit": ".xml", "resume": ".args"}  # subdirectory → the files a run puts there
 
 
+def segment(what: str, name: str) -> str:
+    """``name`` if it can be one path segment in a run directory, else a ``HarnessError`` naming it."""
+    if not PHASE_NAME.fullmatch(name):  # no '.', '..', '/' or NUL: the one rule for suite and phase names
+        raise HarnessError(
+            f"{what} {name!r}: a run directory names it, so only letters, digits, '_', '.', '-' "
+            "(a letter or digit first, at most 100)"
+        )
+    return name
+
+
 @contextlib.contextmanager
-def locked(out: Path):
-    """Hold the run directory's lock for the run; a directory in use is one ``HarnessError`` line."""
+def locked(out: Path) -> Iterator[int]:
+    """Hold the run directory's lock for the run (yields its descriptor, which a phase's keeper holds
+    too); a directory in use, or one with files and no run's lock, is one ``HarnessError`` line."""
     if "\0" in str(out):
         raise HarnessError(f"--out {str(out)!r}: a path cannot hold a NUL byte")
     if out.exists() and not out.is_dir():
         raise HarnessError(f"--out {out}: exists and is not a directory")
     try:
+        if out.is_dir() and not (out / LOCK).exists() and any(out.iterdir()):
+            raise HarnessError(
+                f"--out {out}: not empty and not a harness run directory (give a new or empty one)"
+            )
         out.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as error:
@@ -49,7 +70,7 @@ def locked(out: Path):
             raise HarnessError(f"--out {out}: another harness run (pid {holder}) is using it") from None
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
-        yield
+        yield descriptor
     finally:
         os.close(descriptor)
 

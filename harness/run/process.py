@@ -1,9 +1,10 @@
-"""One phase as one process group: started, waited on with a timeout, and stopped whole.
+"""One phase as one process group under a keeper: started, waited on with a timeout, and stopped whole.
 
 The phase runs in its own session, so a signal to ``harness run``'s process group (a cancelled CI job:
 SIGTERM, then SIGKILL after a grace period) never reaches pytest or its engines. ``harness run`` turns
 SIGTERM, SIGHUP and SIGINT into ``Stopped`` while it runs, stops the phase's whole group itself and still
-writes the report.
+writes the report. Each phase runs under ``harness.run.watchdog``, which ends every process the phase
+started when the phase ends or ``harness run`` dies, SIGKILL included.
 """
 
 from __future__ import annotations
@@ -12,11 +13,16 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from harness.run.watchdog import NOT_STARTED
 
 INTERRUPT_GRACE_S = 10.0  # after a phase timeout: SIGINT lets pytest write its JUnit, then SIGKILL
 STOP_GRACE_S = 3.0  # after SIGTERM/SIGHUP: CI kills us about 10 s after its SIGTERM; the report comes first
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+KEEPER_GRACE_S = 60.0  # the keeper kills and reaps the phase's processes; past this it is killed itself
 REPORT_MARGIN_S = 600.0  # phases end this long before CI's deadline: stop, write the report, upload it
 
 
@@ -73,33 +79,78 @@ def ignore_stop_signals():
             signal.signal(number, action)
 
 
-def run_phase(command: list[str], env: dict, timeout_s: float | None) -> Ended:
-    """Run one phase in its own process group; on timeout or ``Stopped`` stop the whole group.
+class Kept:
+    """A command under ``harness.run.watchdog``, in a session of its own; ``end`` kills all it started.
 
-    Whatever of the group outlives pytest (an engine process a test leaked) is killed as the phase ends.
+    The keeper reads a pipe whose write end only this object holds: closing it, or this process dying,
+    ends the command and every descendant. ``keep`` are descriptors the keeper holds until then (the run
+    directory's lock).
     """
-    process = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def __init__(self, command: list[str], env: dict, keep: Sequence[int] = (), **popen):
+        read, self._write = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "harness.run.watchdog", str(read), *command],
+                env=env,
+                start_new_session=True,
+                pass_fds=(read, *keep),
+                **popen,
+            )
+        except OSError:
+            os.close(self._write)
+            raise
+        finally:
+            os.close(read)
+
+    def wait(self, timeout_s: float | None) -> int:
+        return self.process.wait(timeout=timeout_s)
+
+    def interrupt(self) -> None:
+        """SIGINT to the group (the keeper ignores it): pytest writes its JUnit and summary."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGINT)
+
+    def end(self) -> int:
+        """Every process of the command ended; its exit status."""
+        if self._write >= 0:
+            os.close(self._write)
+            self._write = -1
+        try:
+            return self.process.wait(timeout=KEEPER_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            return self.process.wait()
+
+
+def run_phase(command: list[str], env: dict, timeout_s: float | None, keep: Sequence[int] = ()) -> Ended:
+    """Run one phase under a keeper; on timeout or ``Stopped`` interrupt it, then end all it started.
+
+    Whatever of the phase outlives pytest (an engine process a test leaked, in its own session too) is
+    killed as the phase ends. A phase that cannot be started ends with ``NOT_STARTED``.
+    """
     try:
-        return Ended(_exit_code(process.wait(timeout=timeout_s)))
+        kept = Kept(command, env, keep)
+    except OSError:
+        return Ended(NOT_STARTED)
+    try:
+        return Ended(_exit_code(kept.wait(timeout_s)))
     except subprocess.TimeoutExpired:
-        return Ended(_exit_code(_interrupt(process, INTERRUPT_GRACE_S)), timed_out=True)
+        return Ended(_exit_code(_interrupt(kept, INTERRUPT_GRACE_S)), timed_out=True)
     except Stopped as stopped:
-        return Ended(_exit_code(_interrupt(process, STOP_GRACE_S)), stopped=stopped)
+        return Ended(_exit_code(_interrupt(kept, STOP_GRACE_S)), stopped=stopped)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        kept.end()
 
 
-def _interrupt(process: subprocess.Popen, grace_s: float) -> int:
-    """SIGINT to the group (pytest writes its JUnit and summary), SIGKILL when it is not gone in time."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGINT)
+def _interrupt(kept: Kept, grace_s: float) -> int:
+    """SIGINT to the group (pytest writes its JUnit and summary); everything killed when not gone in time."""
+    kept.interrupt()
     try:
-        return process.wait(timeout=grace_s)
+        return kept.wait(grace_s)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        return process.wait()
+        return kept.end()
 
 
 def _exit_code(returncode: int) -> int:

@@ -10,7 +10,7 @@ phase's time is up or ``harness run`` is stopped.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness import ledger
@@ -28,6 +28,7 @@ def run_resuming(
     timeout_s: float | None,
     out: Path,
     phase: str,
+    keep: Sequence[int] = (),
 ) -> dict:
     """Run a phase (``command`` + ``select(paths)``), resumed after crashes; its ``phases.json`` fields."""
     ledger_dir = out / "ledger" / phase
@@ -40,7 +41,7 @@ def run_resuming(
         junit = out / "junit" / (f"{phase}.xml" if attempt == 1 else f"{phase}+{attempt}.xml")
         args = [*select(paths), f"--junitxml={junit}", f"--harness-ledger-dir={ledger_dir}"]
         remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        ended = run_phase([*command, *args], env, remaining)
+        ended = run_phase([*command, *args], env, remaining, keep)
         died = _record_crashes(ledger_dir, ended)
         before, crashes = crashes, _crashes(ledger_dir)
         codes.append(TESTS_FAILED if died and not (ended.timed_out or ended.stopped) else ended.code)

@@ -1,11 +1,13 @@
 """What each phase of a run selects: the run's ``-m`` / ``-k`` ANDed in, and every phase's tests known
 from one collection before any phase starts.
 
-pytest keeps the last ``-m`` it is given, so ``harness run S -- -m core_model`` appended as it is would
-replace each phase's own expression and run a test in every phase. Taken out of the pass-through
-arguments and ANDed into each phase's, it narrows instead. One ``--collect-only`` pass with the plugin's
-``--harness-phases`` then says which phases select nothing (they are skipped: no pytest, no conftest
-import) and which tests an earlier phase already took (deselected from later ones).
+pytest keeps the last ``-m`` it is given, so ``harness run S -- -m core_model`` passed on as it is would
+replace each phase's own expression and run a test in every phase. One ``--collect-only`` pass, with the
+arguments after ``--`` as given, reads them with pytest's own parser (``harness.run.probe``: ``-vm slow``,
+``-m=expr``, ``--markexpr``), checks every expression with pytest's own grammar and, with the plugin's
+``--harness-phases``, says which phases select nothing (they are skipped: no pytest, no conftest import)
+and which tests an earlier phase already took (deselected from later ones). Each phase then gets the
+run's expressions ANDed into its own, last on its command line, so they narrow instead of replace.
 """
 
 from __future__ import annotations
@@ -13,48 +15,62 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.config.suites import Phase
+from harness.errors import HarnessError
 from harness.report.outcomes import NO_TESTS
-
-_OPTIONS = {"-m": "markers", "-k": "keywords"}
-
-
-def split_selection(args: list[str]) -> tuple[list[str], dict[str, str | None]]:
-    """``args`` without their ``-m`` / ``-k`` (``-m X``, ``-mX``), and the last of each, as pytest reads."""
-    rest, chosen = [], dict.fromkeys(_OPTIONS.values())
-    values = iter(args)
-    for arg in values:
-        option = arg[:2]
-        if option in _OPTIONS and not arg.startswith("--"):
-            chosen[_OPTIONS[option]] = arg[2:] or next(values, "")
-        else:
-            rest.append(arg)
-    return rest, chosen
+from harness.run.probe import FILE
+from harness.run.process import Kept
 
 
 def members(
-    phases: list[tuple[Phase, tuple[str, ...]]], extra: list[str], env: dict, out: Path, timeout_s
-) -> dict[str, list[str]] | None:
-    """Per phase (with the paths it runs), the node ids it selects; None when collection failed, so that
-    every phase runs and shows the error itself."""
-    path = out / "phases-collected.json"
+    phases: list[tuple[Phase, tuple[str, ...]]],
+    extra: list[str],
+    env: dict,
+    out: Path,
+    timeout_s: float | None,
+    keep: Sequence[int] = (),
+) -> tuple[dict[str, list[str]] | None, dict[str, str | None]]:
+    """Per phase (with the paths it runs), the node ids it selects (None when collection failed, so that
+    every phase runs and shows the error itself), and the run's own ``markers`` and ``keywords`` as pytest
+    read them (None where pytest stopped before reading them). An expression pytest rejects is a
+    ``HarnessError``."""
+    path, selection = out / "phases-collected.json", out / "selection.json"
     table = [
         {"name": p.name, "paths": list(paths), "markers": p.markers, "keywords": p.keywords}
         for p, paths in phases
     ]
     path.write_text(json.dumps({"phases": table}, indent=1) + "\n")
+    selection.write_text(json.dumps({"phases": table}, indent=1) + "\n")
     roots = list(dict.fromkeys(p for _, paths in phases for p in paths))
     command = [sys.executable, "-m", "pytest", *roots, *extra, "--collect-only", "-q", "-n", "0"]
-    try:  # the node ids it lists are in the file; the log keeps the phases' own output
-        code = subprocess.run(
-            [*command, f"--harness-phases={path}"], env=env, stdout=subprocess.DEVNULL, timeout=timeout_s
-        ).returncode
+    command += ["-p", "harness.run.probe", f"--harness-phases={path}"]
+    # the node ids it lists are in the file; pytest's errors are the phases' to show (or the probe's)
+    kept = Kept(
+        command,
+        {**env, FILE: str(selection.resolve())},
+        keep,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        code: int | None = kept.wait(timeout_s)
     except subprocess.TimeoutExpired:
-        return None
-    found = json.loads(path.read_text()).get("members")
-    return found if code in (0, NO_TESTS) and found is not None else None
+        code = None
+    finally:
+        kept.end()
+    try:
+        read = json.loads(selection.read_text())
+        found = json.loads(path.read_text()).get("members")
+    finally:  # raw node ids (a credential may be a test's parameter): scratch, never left in the run directory
+        path.unlink(missing_ok=True)
+        selection.unlink(missing_ok=True)
+    if read.get("error"):
+        raise HarnessError(read["error"])
+    chosen = {"markers": read.get("markers"), "keywords": read.get("keywords")}
+    return (found if code in (0, NO_TESTS) and found is not None else None), chosen
 
 
 def claimed(order: list[str], found: dict[str, list[str]]) -> dict[str, list[str]]:

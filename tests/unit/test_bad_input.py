@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,6 +98,9 @@ CLI = {
         "no.json",
         "models",
     ],
+    "-m pytest rejects": ["run", "--platform", "cpu", "models", "--", "-m", "a,b"],
+    "-k pytest rejects, clustered": ["run", "--platform", "cpu", "models", "--", "-vk", "test=1"],
+    "-m= pytest rejects": ["run", "--platform", "cpu", "models", "--", "-m=a b"],
     "ledger dir through pytest args": ["run", "--platform", "cpu", "models", "--", "--harness-ledger-dir=x"],
     "junitxml through pytest args": ["run", "--platform", "cpu", "models", "--", "--junitxml", "j.xml"],
     "no-harness through pytest args": ["run", "--platform", "cpu", "models", "--", "--no-harness"],
@@ -156,6 +161,20 @@ CONFIG = {
     "phase timeout inf": PHASE.format('name = "p"\ntimeout_s = inf'),
     "phase timeout 0": PHASE.format('name = "p"\ntimeout_s = 0'),
     "phase timeout bool": PHASE.format('name = "p"\ntimeout_s = true'),
+    "phase workers 10**9": PHASE.format('name = "p"\nworkers = 1000000000'),
+    "cpu_workers 10**9": "[tool.harness]\ncpu_workers = 1000000000\n",
+    "workers_per_gpu 10**9": "[tool.harness]\nworkers_per_gpu = 1000000000\n",
+    "memory_sample_s 1e-9": "[tool.harness]\nmemory_sample_s = 1e-9\n",
+    "reuse_engines negative": "[tool.harness]\nreuse_engines = -1\n",
+    "reuse_engines a list": "[tool.harness]\nreuse_engines = [1]\n",
+    "a list where a number belongs": "[tool.harness]\ntest_timeout_s = [1]\n",
+    "[tool] not a table": "tool = 1\n",
+    "a path that does not exist": PHASE.format('name = "p"\npaths = ["nope"]'),
+    "a path outside the project": PHASE.format('name = "p"\npaths = ["tests/../.."]'),
+    "an absolute path outside": PHASE.format('name = "p"\npaths = ["/etc"]'),
+    "a path pytest reads as an arguments file": PHASE.format('name = "p"\npaths = ["@tests"]'),
+    "markers pytest rejects": PHASE.format('name = "p"\nmarkers = "a,b"'),
+    "keywords pytest rejects": PHASE.format('name = "p"\nkeywords = "test=1"'),
     "workers many": PHASE.format('name = "p"\nworkers = "many"'),
     "dist each": PHASE.format('name = "p"\ndist = "each"'),
     "unknown phase key": PHASE.format('name = "p"\ncolour = "red"'),
@@ -172,6 +191,18 @@ def test_config_tables(project, capsys, toml):
     (project / "pyproject.toml").write_text(suite)
     argv = ["ci", "matrix"] if "[tool.harness.ci]" in toml else ["run", "--platform", "cpu", "models"]
     one_line_exit_2(capsys, argv)
+
+
+def test_a_pyproject_that_is_not_utf8(project, capsys):
+    (project / "pyproject.toml").write_bytes(SUITE.encode() + b"# caf\xe9\n")
+    one_line_exit_2(capsys, ["run", "--platform", "cpu", "models"])
+
+
+def test_a_suite_named_to_leave_the_project_writes_nothing_outside(project, capsys):
+    (project / "pyproject.toml").write_text('[tool.harness.suites."../../x"]\npaths = ["tests"]\n')
+    before = sorted(project.parent.parent.iterdir())
+    one_line_exit_2(capsys, ["run", "--platform", "cpu", "../../x"])
+    assert sorted(project.parent.parent.iterdir()) == before
 
 
 def test_a_duplicate_phase_name(project, capsys):
@@ -215,6 +246,10 @@ REPORTS = {
     "starts by_phase not tables": json.dumps(_report(starts__by_phase={"p": 1})),
     "a file entry a number": json.dumps(_report(files={"t.py": 1})),
     "a file's wall a string": json.dumps(_report(files={"t.py": {"wall_s": "1"}})),
+    "a file without wall_s": json.dumps(_report(files={"t.py": {"outcomes": {}}})),
+    "a file without outcomes": json.dumps(_report(files={"t.py": {"wall_s": 1.0}})),
+    "reused a string": json.dumps(_report(starts__total={"by_kind": {}, "reused": "x"})),
+    "saved_s a string": json.dumps(_report(starts__total={"by_kind": {}, "saved_s": "x"})),
 }
 
 
@@ -263,6 +298,56 @@ def test_an_oversized_ledger_file(project, capsys, monkeypatch):
 def test_an_oversized_report(project, capsys, monkeypatch):
     monkeypatch.setattr("harness.report.store.MAX_BYTES", 64)
     one_line_exit_2(capsys, ["compare", "good.json", "good.json"])
+
+
+def test_an_out_directory_of_the_users_is_refused_and_its_files_kept(project, capsys):
+    mine = project / "mine"
+    files = ["summary.md", "report.html", "report.json", "junit/p.xml", "ledger/p/w.jsonl", "notes.jsonl"]
+    for name in files:
+        (mine / name).parent.mkdir(parents=True, exist_ok=True)
+        (mine / name).write_text(f"the user's {name}")
+    err = one_line_exit_2(capsys, ["run", "--platform", "cpu", "--out", "mine", "models"])
+    assert "not a harness run directory" in err
+    assert {name: (mine / name).read_text() for name in files} == {
+        name: f"the user's {name}" for name in files
+    }
+    assert not (mine / directory.LOCK).exists()
+
+
+def test_a_fifo_given_to_compare_is_refused_without_waiting(project):
+    os.mkfifo(project / "fifo.json")
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "compare", "fifo.json", "good.json"],
+        capture_output=True,
+        text=True,
+        timeout=60,  # the old code blocked in open() for ever
+    )
+    assert (done.returncode, done.stderr.count("\n")) == (2, 1), done.stderr
+    assert "not a regular file" in done.stderr
+
+
+def test_rich_markup_in_a_path_is_printed_as_text(project, capsys):
+    (project / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    out = "[bold]out[/bold][/i]"
+    assert harness(["run", "--platform", "cpu", "--out", out, "models"]) == 0
+    printed = capsys.readouterr().out
+    assert f"→ {out}" in printed and f"report: {out}/report.json" in printed
+    assert (project / out / "report.json").exists()
+
+
+def test_publishing_the_summary_is_best_effort(project, capsys, monkeypatch):
+    (project / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    agent = project / "bin" / "buildkite-agent"
+    agent.parent.mkdir()
+    agent.write_text("#!/nonexistent/interpreter\n")  # on PATH, executable, and cannot run
+    agent.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{agent.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("BUILDKITE", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(project / "tests"))  # a directory: cannot be appended to
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("harness: warning:")]
+    assert len(warnings) == 2 and "GITHUB_STEP_SUMMARY" in warnings[0] and "buildkite-agent" in warnings[1]
+    assert (project / "out" / "summary.md").exists()
 
 
 def test_a_run_directory_in_use(project, capsys):

@@ -84,8 +84,14 @@ def test_env_values_are_parsed_to_the_key_type(variable, text, key, value):
         ),
         ("[tool.harness]\nsetle = true", "[tool.harness] setle: unknown key (known: settle, "),
         ("[tool.harness.cuda]\nsettle = 1", "[tool.harness.cuda] settle: expected a boolean, got 1"),
-        ("[tool.harness]\ncpu_workers = 1.5", "[tool.harness] cpu_workers: expected an integer ≥ 1, got 1.5"),
-        ("[tool.harness]\ncpu_workers = 0", "[tool.harness] cpu_workers: expected an integer ≥ 1, got 0"),
+        (
+            "[tool.harness]\ncpu_workers = 1.5",
+            "[tool.harness] cpu_workers: expected an integer between 1 and 512, got 1.5",
+        ),
+        (
+            "[tool.harness]\ncpu_workers = 0",
+            "[tool.harness] cpu_workers: expected an integer between 1 and 512, got 0",
+        ),
         (
             "[tool.harness]\nsettle_timeout_s = -1",
             "[tool.harness] settle_timeout_s: expected a number ≥ 0, got -1",
@@ -126,9 +132,15 @@ def test_other_platforms_tables_are_validated_too(pyproject):
         ({"HARNESS_SETTLE_FLOOR_GIB": "x"}, "HARNESS_SETTLE_FLOOR_GIB: expected a number ≥ 0, got 'x'"),
         ({"HARNESS_SETTLE": "maybe"}, "HARNESS_SETTLE: expected a boolean, got 'maybe'"),
         ({"HARNESS_OVERLAP": "off"}, "HARNESS_OVERLAP: expected 'block' or 'warn', got 'off'"),
-        ({"HARNESS_CPU_WORKERS": "auto"}, "HARNESS_CPU_WORKERS: expected an integer ≥ 1, got 'auto'"),
+        (
+            {"HARNESS_CPU_WORKERS": "auto"},
+            "HARNESS_CPU_WORKERS: expected an integer between 1 and 512, got 'auto'",
+        ),
         ({"HARNESS_SETTLE_TIMEOUT_S": "none"}, "HARNESS_SETTLE_TIMEOUT_S: expected a number ≥ 0, got 'none'"),
-        ({"HARNESS_WORKERS_PER_GPU": "0"}, "HARNESS_WORKERS_PER_GPU: expected an integer ≥ 1, got 0"),
+        (
+            {"HARNESS_WORKERS_PER_GPU": "0"},
+            "HARNESS_WORKERS_PER_GPU: expected an integer between 1 and 512, got 0",
+        ),
     ],
 )
 def test_bad_env_overrides_name_the_variable(env, message):

@@ -4,6 +4,7 @@ secrets and markup never reach the report files. Real ``harness run`` processes 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,6 +18,9 @@ import pytest
 from harness.cli import main as harness
 from harness.ledger.reader import running_test
 from harness.run import directory
+from harness.run.exits import run_exit
+from harness.run.process import Ended, Kept, run_phase
+from harness.run.watchdog import NOT_STARTED
 from tests.unit.report_runs import Run
 
 pytest_plugins = ["pytester"]
@@ -208,3 +212,71 @@ def test_a_plain_pytest_run_removes_its_temporary_ledger(pytester, fake_gpus, mo
     for workers in ("0", "2"):
         pytester.runpytest_subprocess("-n", workers).assert_outcomes(passed=1)
     assert list((tmp_path / "tmp").glob("harness-ledger-*")) == []
+
+
+# A test that starts a child in a session of its own (as an engine launcher may), says where, then hangs
+# for HANG_S seconds; the junit file names the run (RUN) it belongs to.
+ESCAPES = """
+import os, pathlib, subprocess, sys, time
+
+def test_escapes(record_property):
+    record_property("run", os.environ["RUN"])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    pathlib.Path("child.pid").write_text(str(child.pid))
+    time.sleep(float(os.environ["HANG_S"]))
+"""
+
+
+def test_kill_9_of_harness_run_ends_every_process_of_the_phase_and_no_stale_writer_is_left(project, tmp_path):
+    root = project(SERIAL, test_escapes=ESCAPES)
+    env = {**os.environ, "HARNESS_FAULT_TAG": str(tmp_path), "HANG_S": "12", "RUN": "first"}
+    argv = [sys.executable, "-m", "harness", "run", "--platform", "cpu", "--out", "out", "models"]
+    first = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (root / "child.pid").exists():
+        assert time.monotonic() < deadline and first.poll() is None
+        time.sleep(0.05)
+    child = psutil.Process(int((root / "child.pid").read_text()))
+    first.kill()  # SIGKILL: nothing of harness run's own code runs now
+    killed = time.monotonic()
+    first.wait()
+    while _tagged(str(tmp_path)):
+        assert time.monotonic() - killed < 5, [p.cmdline() for p in _tagged(str(tmp_path))]
+        time.sleep(0.05)
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    # the next run into the same directory: nothing of the first may write there, during or after it
+    second = subprocess.run(argv, cwd=root, env={**env, "HANG_S": "0", "RUN": "second"}, capture_output=True)
+    assert second.returncode == 0, second.stderr
+    junit = root / "out" / "junit" / "p.xml"
+    written = junit.read_bytes()
+    time.sleep(max(0.0, killed + 12 + 3 - time.monotonic()))  # past the first run's hang, had it lived
+    assert junit.read_bytes() == written and b'value="second"' in written
+    assert _tagged(str(tmp_path)) == []
+
+
+def _tagged(tag: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.status() != psutil.STATUS_ZOMBIE and _environ(process).get("HARNESS_FAULT_TAG") == tag:
+                found.append(process)
+    return found
+
+
+def test_a_phase_that_ends_takes_a_child_in_its_own_session_with_it(tmp_path):
+    """The keeper's subreaper: a process the phase started with setsid() and left behind is still killed."""
+    spawn = (
+        "import subprocess, sys; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+        "start_new_session=True); "
+        f"open({str(tmp_path / 'pid')!r}, 'w').write(str(child.pid))"
+    )
+    assert run_phase([sys.executable, "-c", spawn], dict(os.environ), 60) == Ended(0)
+    child = int((tmp_path / "pid").read_text())
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_phase_that_cannot_be_started_is_a_harness_fault(tmp_path):
+    kept = Kept([str(tmp_path / "no-such-python"), "-m", "pytest"], dict(os.environ), stderr=subprocess.PIPE)
+    assert kept.end() == NOT_STARTED
+    assert run_exit([{"exit_code": NOT_STARTED, "timed_out": False}]) == 4

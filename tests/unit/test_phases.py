@@ -14,6 +14,7 @@ from harness.cli import main as harness
 from harness.config.suites import Phase, parse_suite
 from harness.errors import ConfigError
 from harness.report.outcomes import worst
+from harness.run.exits import run_exit
 from harness.run.process import REPORT_MARGIN_S, phase_timeout
 from tests.fakes import gpu
 
@@ -86,7 +87,7 @@ def test_default_phases_run_in_order_each_with_its_own_selection(project, pytest
         ("standalone", 0, False),
         ("multi-gpu", 0, False),
     ]
-    assert ["-n", "auto", "--dist", "loadscope"] == meta["phases"][0]["args"][3:7]
+    assert ["-n", "auto", "--dist", "loadscope"] == meta["phases"][0]["args"][1:5]
     assert "--dist" not in meta["phases"][2]["args"]
     for phase in ("shared-engine", "standalone", "multi-gpu"):
         assert (pytester.path / "out" / "junit" / f"{phase}.xml").exists()
@@ -186,7 +187,7 @@ def test_a_phase_past_its_timeout_is_stopped_and_the_next_phase_runs(project, py
     hung, after = meta["phases"]
     assert hung["timed_out"] and hung["exit_code"] == 2 and hung["wall_s"] < 3 + 10
     assert (after["timed_out"], after["exit_code"]) == (False, 0)
-    assert code == 2
+    assert code == 3  # a phase stopped at its timeout: not bad input (2), not failed tests (1)
     assert [line[0] for line in log(pytester)] == ["hangs", "hangs", "after"]
     assert 'name="test_before"' in (pytester.path / "out" / "junit" / "hangs.xml").read_text()
 
@@ -204,7 +205,7 @@ def test_the_ci_deadline_stops_a_phase_in_time_to_write_the_report(project, pyte
     pass comes first, slow on a loaded machine) stops the phase."""
     project(ONE_HANGING_PHASE, test_hang=HANGS)
     monkeypatch.setenv("HARNESS_CI_DEADLINE", str(time.time() + REPORT_MARGIN_S + 15))
-    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 2
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 3
     (hung,) = phases_json(pytester.path / "out")["phases"]
     assert hung["timed_out"] and hung["wall_s"] < 15 + 10 + 5
     assert (pytester.path / "out" / "report.json").is_file()
@@ -261,7 +262,7 @@ def test_a_malformed_suite_table_fails_the_run_with_exit_2(project, capsys):
     assert harness(["run", "--platform", "cpu", "models"]) == 2
     assert capsys.readouterr().err == (
         "harness: error: [tool.harness.suites.models] phase 'x' workers: "
-        "expected 'per-gpu', 'serial' or an integer ≥ 1, got 'many'\n"
+        "expected 'per-gpu', 'serial' or an integer between 1 and 512, got 'many'\n"
     )
 
 
@@ -293,7 +294,7 @@ def test_a_malformed_suite_table_fails_the_run_with_exit_2(project, capsys):
         ),
         (
             {"paths": ["t"], "phases": [{"name": "a", "workers": 0}]},
-            "phase 'a' workers: expected 'per-gpu', 'serial' or an integer ≥ 1, got 0",
+            "phase 'a' workers: expected 'per-gpu', 'serial' or an integer between 1 and 512, got 0",
         ),
         (
             {"paths": ["t"], "phases": [{"name": "a", "markers": ""}]},
@@ -322,7 +323,9 @@ def test_phase_tables_become_pytest_selections():
         },
     )
     x, y = suite.phases
-    assert x.selection() == ["tests/a", "-m", "not slow", "-k", "embed", "-n", "2", "--dist", "loadfile"]
+    assert x.selection() == ["tests/a", "-n", "2", "--dist", "loadfile", "-m", "not slow", "-k", "embed"]
+    # the user's arguments go before the phase's -m / -k: pytest keeps the last
+    assert x.selection(extra=["-vm", "slow"])[-6:] == ["-vm", "slow", "-m", "not slow", "-k", "embed"]
     assert y == Phase("y", ("tests/b",), workers="serial", timeout_s=60.0)
     assert y.selection() == ["tests/b", "-n", "0"]
 
@@ -333,7 +336,16 @@ CORE = (
 )
 
 
-SELECTIONS = [["-m", "core_model"], ["-k", "test_a or test_alone"], ["-mcore_model"]]
+# as pytest reads them: a cluster (-v -m core_model), -m=, -k=
+SELECTIONS = [
+    ["-m", "core_model"],
+    ["-k", "test_a or test_alone"],
+    ["-mcore_model"],
+    ["-vm", "core_model"],
+    ["-m=core_model"],
+    ["-k=test_a or test_alone"],
+    ["-qvmcore_model"],
+]
 
 
 @pytest.mark.parametrize("selection", SELECTIONS)
@@ -395,7 +407,7 @@ def test_a_one_worker_phase_starts_no_xdist_controller_and_an_empty_phase_no_pyt
     assert started == ["- 0 main", "shared-engine 0 main"]
     assert {line[1] for line in log(pytester)} == {"main"}
     phases = phases_json(pytester.path / "out")["phases"]
-    assert phases[0]["args"][3:5] == ["-n", "0"]
+    assert phases[0]["args"][1:3] == ["-n", "0"]
     assert [(p["name"], p["exit_code"], p["args"]) for p in phases[1:]] == [
         ("standalone", 5, []),
         ("multi-gpu", 5, []),
@@ -414,9 +426,36 @@ def test_vllms_distributed_marker_lands_in_the_multi_gpu_phase(project, pytester
 
 def test_a_collection_that_fails_runs_every_phase_so_each_shows_the_error(project, pytester):
     project(test_shared=SHARED, test_broken="import no_such_module\n")
-    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 2
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 1  # a collection error fails
     phases = phases_json(pytester.path / "out")["phases"]
     assert [(p["selected"], p["exit_code"]) for p in phases] == [(None, 2)] * 3
+
+
+def test_pytests_internal_error_is_a_harness_fault(project, pytester):
+    project(ONE_HANGING_PHASE, test_ok="def test_ok():\n    pass\n")
+    (pytester.path / "conftest.py").write_text(
+        "def pytest_collection_finish(session):\n    raise RuntimeError('x')\n"
+    )
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 4
+    (phase,) = phases_json(pytester.path / "out")["phases"]
+    assert phase["exit_code"] == 3  # pytest's INTERNALERROR, kept as pytest said it
+
+
+@pytest.mark.parametrize(
+    ("phases", "expected"),
+    [
+        ([(0, False), (5, False)], 0),
+        ([(1, False), (2, False)], 1),  # pytest's 2 (interrupted) is a collection error
+        ([(137, False), (0, False)], 1),  # a process a signal ended: a crashed worker
+        ([(2, True), (1, False)], 3),
+        ([(4, False), (1, False)], 2),  # pytest's usage error: the arguments after --
+        ([(3, False), (2, True)], 4),
+        ([(127, False)], 4),  # the keeper could not start the phase
+        ([], 0),
+    ],
+)
+def test_the_runs_exit_code_is_the_worst_phases_in_harness_terms(phases, expected):
+    assert run_exit([{"exit_code": code, "timed_out": timed_out} for code, timed_out in phases]) == expected
 
 
 NODE_PATHS = """

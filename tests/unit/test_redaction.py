@@ -191,8 +191,7 @@ def test_no_file_of_a_run_directory_carries_a_secret_its_tests_assert_on(tmp_pat
     out = tmp_path / "out"
     assert (out / "junit" / "p.xml").is_file() and list((out / "ledger" / "p").glob("*.jsonl"))
     leaks = _leaks(out, [PASSWORD, TOKEN, key, short])
-    # harness.run's collection list holds the raw node ids its selection matches on (issue 35, left to run/)
-    assert [leak for leak in leaks if not leak.startswith("phases-collected.json: ")] == []
+    assert leaks == []
     report = json.loads((out / "report.json").read_text())
     assert report["environment"]["HARNESS_HUB_TOKEN"] == REDACTED
     assert f"--hf-token={REDACTED}" in report["phases"][0]["args"]
