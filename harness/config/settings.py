@@ -51,7 +51,7 @@ PLATFORM_DEFAULTS = {
     "cuda": {},
     "rocm": {"settle": True, "shutdown_timeout_s": 60.0, "test_timeout_s": 1800.0},
     # host memory moves with every process on the machine and with a process's first import of model code
-    # (allocator arenas, lazily loaded modules): 0.5 GiB read as leaks after clean HF and vLLM stops here
+    # (allocator arenas, lazily loaded modules): the GPU tolerance read clean CPU stops as leaks (docs/memory.md)
     "cpu": {"release_tolerance_gib": 2.0},
 }
 
