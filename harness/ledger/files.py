@@ -45,6 +45,22 @@ def claim(path: Path) -> Mapped | Appended | None:
     return file
 
 
+def in_use(path: Path) -> bool:
+    """Whether a live process writes ``path``: holds the lock ``claim`` took (a file system without locks
+    reads as in use)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:  # held (BlockingIOError), or no locks here
+        return True
+    finally:
+        os.close(descriptor)
+    return False
+
+
 def _end(descriptor: int) -> int:
     """Where the lines already in the file end: before the zero tail a killed predecessor left."""
     size = os.fstat(descriptor).st_size

@@ -16,6 +16,7 @@ import importlib.abc
 import importlib.util
 import inspect
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -55,6 +56,67 @@ def _patch_vllm(module) -> None:
 
     __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__init__ = __init__
+
+
+def _patch_vllm_server(module) -> None:
+    """``AsyncLLM``: the engine ``vllm serve`` builds (in a process a fixture spawned, like vLLM's
+    ``RemoteOpenAIServer``), from a ``VllmConfig`` rather than arguments."""
+    from harness.tracking.starts import starting
+
+    cls = module.AsyncLLM
+    original = cls.__init__
+    if getattr(original, "__harness__", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        __tracebackhide__ = True
+        try:
+            model, config, fraction, ranks = _served(kwargs.get("vllm_config", args[0] if args else None))
+        except Exception as error:  # vLLM moved a field: the server starts, unrecorded, with a finding
+            _not_tracked(TARGETS[module.__name__], f"its VllmConfig changed ({type(error).__name__}: {error})")
+            original(self, *args, **kwargs)
+            return
+        with starting("vllm", model, config, fraction=fraction, devices=tuple(range(ranks))) as run:
+            original(self, *args, **kwargs)
+        if run is not None:
+            _watch_shutdown(self, run)
+
+    __init__.__harness__ = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+
+
+def _served(vllm_config) -> tuple[str, dict, float, int]:
+    """Model, configuration (for the fingerprint), declared fraction and ranks of an ``AsyncLLM``."""
+    model, cache, parallel = vllm_config.model_config, vllm_config.cache_config, vllm_config.parallel_config
+    ranks = parallel.tensor_parallel_size * parallel.pipeline_parallel_size
+    config = {
+        "class": "AsyncLLM",
+        "model": model.model,
+        "runner": model.runner_type,
+        "dtype": str(model.dtype),
+        "max_model_len": model.max_model_len,
+        "gpu_memory_utilization": cache.gpu_memory_utilization,
+        "tensor_parallel_size": parallel.tensor_parallel_size,
+        "pipeline_parallel_size": parallel.pipeline_parallel_size,
+    }
+    return model.model, config, cache.gpu_memory_utilization, ranks
+
+
+def _watch_shutdown(engine, run) -> None:
+    """Record the stop at the engine's own ``shutdown`` (``vllm serve`` calls it on its way out), or when
+    the engine is collected."""
+    original = engine.shutdown
+
+    def shutdown(*args, **kwargs):
+        began = time.monotonic()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            run.stop(began)
+
+    engine.shutdown = shutdown
+    run.watch(engine)
 
 
 def _patch_transformers(module) -> None:
@@ -127,6 +189,7 @@ TARGETS = {
     target.module: target
     for target in (
         Target("vllm.entrypoints.llm", "LLM", "__init__", _patch_vllm),
+        Target("vllm.v1.engine.async_llm", "AsyncLLM", "__init__", _patch_vllm_server),
         Target("transformers.modeling_utils", "PreTrainedModel", "from_pretrained", _patch_transformers),
         Target("sentence_transformers", "SentenceTransformer", "__init__", _patch_sentence_transformers),
     )
@@ -227,10 +290,12 @@ def _names(source: Path) -> set[str]:
 _hook = _PostImport()
 
 
-def install() -> None:
-    """Instrument foreign runners: now for modules already imported, at first import for the rest."""
+def install() -> importlib.abc.MetaPathFinder:
+    """Instrument foreign runners: now for modules already imported, at first import for the rest.
+    Returns the import hook."""
     if _hook not in sys.meta_path:
         sys.meta_path.insert(0, _hook)
     for name, target in TARGETS.items():
         if name in sys.modules:
             _apply(target, sys.modules[name])
+    return _hook
