@@ -43,6 +43,7 @@ class Settings(NamedTuple):
     ledger_dir: str | None = None
     reuse: bool = False
     reuse_engines: int = 1
+    reuse_hf: bool = False  # hand a loaded HF model on to the next identical load (harness.tracking.hf_reuse)
     freeze_collected: bool = True  # gc.freeze once collected (harness.pytest_plugin.frozen)
 
 

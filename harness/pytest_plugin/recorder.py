@@ -91,6 +91,11 @@ def _record(config: pytest.Config, here: Context) -> None:
 
         here.pool = reuse.Pool(writer, here.settings.reuse_engines)
         config.pluginmanager.register(_Reuse(here.pool), "harness-reuse")
+    if here.settings.reuse_hf:
+        from harness.tracking.hf_reuse import Shelf
+
+        here.shelf = Shelf(writer)
+        config.pluginmanager.register(_ClearShelf(here.shelf), "harness-hf-reuse")
     if here.settings.freeze_collected:
         from harness.pytest_plugin.frozen import Frozen
 
@@ -104,7 +109,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         here = process_context(config)
         if here.writer is not None:
             here.writer.close()  # its file's zero tail cut now, not at the interpreter's exit
-        here.writer = here.pool = None
+        here.writer = here.pool = here.shelf = None
     outer = config.stash.get(_OUTER_CHILD, None)
     if outer is None:
         os.environ.pop(CHILD, None)
@@ -284,6 +289,16 @@ class _Reuse:
     def pytest_sessionfinish(self) -> None:
         """Warm engines are shut down (and their stops recorded) while the ledger is still open."""
         self.pool.close()
+
+
+class _ClearShelf:
+    """Kept HF models go at the session's end, their stops recorded before the summary reads them."""
+
+    def __init__(self, shelf) -> None:
+        self.shelf = shelf
+
+    def pytest_sessionfinish(self) -> None:
+        self.shelf.clear()
 
 
 def _timed_out(report: pytest.TestReport) -> bool:

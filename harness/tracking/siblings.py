@@ -38,7 +38,9 @@ def refresh(context: Context) -> None:
 
 
 def _holder(path: Path, record: Record, devices: dict[str, tuple[int, int]]) -> Holder:
-    here = [devices[uuid] for uuid in record.get("devices") or () if uuid in devices] or list(devices.values())
+    here = [devices[uuid] for uuid in record.get("devices") or () if uuid in devices] or list(
+        devices.values()
+    )
     declared = record.get("need_bytes")
     total = min(total for _, total in here) if here else 0
     used = record.get("held_after_start") or {}

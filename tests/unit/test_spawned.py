@@ -45,9 +45,14 @@ def editable(tmp_path_factory) -> Path:
     subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", str(home)], check=True)
     python = home / "bin" / "python"
     packages = subprocess.run(
-        [python, "-c", "import site; print(site.getsitepackages()[0])"], check=True, capture_output=True, text=True
+        [python, "-c", "import site; print(site.getsitepackages()[0])"],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
-    Path(packages, "_running_venv.pth").write_text(f"import site; site.addsitedir({site.getsitepackages()[0]!r})\n")
+    Path(packages, "_running_venv.pth").write_text(
+        f"import site; site.addsitedir({site.getsitepackages()[0]!r})\n"
+    )
     _pip("install", "--no-deps", "--no-build-isolation", "-e", str(ROOT), python=str(python))
     assert Path(packages, PTH).is_file()
     return python
@@ -79,18 +84,36 @@ def test_spawned_engines_are_counted_with_their_owners(editable, pytester, monke
     shutil.copy(DATA / "suite.py", pytester.path / "test_engines.py")
     directory = pytester.path / "ledger"
     result = pytester.run(
-        str(editable), "-m", "pytest", "--harness", "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider",
+        str(editable),
+        "-m",
+        "pytest",
+        "--harness",
+        "--harness-ledger-dir",
+        str(directory),
+        "-p",
+        "no:cacheprovider",
         timeout=900,
     )
     result.assert_outcomes(passed=3)
     records = ledger.read(directory).records
     child, server, blocked = sorted(records, key=lambda r: r["start"])
-    assert (child["test"], child["fixture"], child["outcome"]) == ("test_engines.py::test_child_engine", None, "started")
-    assert (server["test"], server["fixture"], server["scope"]) == ("test_engines.py::test_server_embeds", "server", "module")
+    assert (child["test"], child["fixture"], child["outcome"]) == (
+        "test_engines.py::test_child_engine",
+        None,
+        "started",
+    )
+    assert (server["test"], server["fixture"], server["scope"]) == (
+        "test_engines.py::test_server_embeds",
+        "server",
+        "module",
+    )
     assert server["outcome"] == "started" and server["config"]["class"] == "AsyncLLM"
     for started in (child, server):
         assert started["startup_s"] > 1 and started["held_after_start"]["cpu"] > 0
-    assert (blocked["test"], blocked["outcome"]) == ("test_engines.py::test_second_server_is_blocked", "blocked")
+    assert (blocked["test"], blocked["outcome"]) == (
+        "test_engines.py::test_second_server_is_blocked",
+        "blocked",
+    )
     [holder] = blocked["holders"]
     assert "declares 0.5" in holder and "fixture `server` is module-scoped" in holder
     assert "started in test_engines.py::test_server_embeds" in holder

