@@ -6,8 +6,8 @@ A loaded model is kept on a shelf by its configuration fingerprint, with a diges
 parameters and buffers (shape, dtype, device, storage, version counter and sum), the hooks of every
 submodule and the model's config. It is handed on only when nothing but the shelf references it (the
 test that loaded it is done with it) and, its submodules' training mode put back as loaded, its digest is
-unchanged; a model a test changed is refused (``reuse-refused``, with the reason) and loaded again. A hand-on is written as
-``runner-reused``, like an engine the reuse pool hands on.
+unchanged; a model a test changed is refused (``reuse-refused``, with the reason) and loaded again. A
+hand-on is written as ``runner-reused``, like an engine the reuse pool hands on.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def digest(model: Any) -> str:
             getattr(module, "_backward_pre_hooks", {}),
         )
         parts.append((name, *(tuple(h) for h in hooks)))
-    config = getattr(model, "config", None)
-    if hasattr(config, "to_json_string"):
-        parts.append(config.to_json_string())
+    as_json = getattr(getattr(model, "config", None), "to_json_string", None)
+    if as_json is not None:
+        parts.append(as_json())
     return hashlib.sha256(repr(parts).encode()).hexdigest()
