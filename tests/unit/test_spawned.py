@@ -94,26 +94,32 @@ def test_spawned_engines_are_counted_with_their_owners(editable, pytester, monke
         "no:cacheprovider",
         timeout=900,
     )
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     records = ledger.read(directory).records
-    child, server, blocked = sorted(records, key=lambda r: r["start"])
+    child, server, blocked, beside = sorted(records, key=lambda r: r["start"])
+    test = "test_engines.py::"
     assert (child["test"], child["fixture"], child["outcome"]) == (
-        "test_engines.py::test_child_engine",
+        test + "test_child_engine",
         None,
         "started",
     )
     assert (server["test"], server["fixture"], server["scope"]) == (
-        "test_engines.py::test_server_embeds",
+        test + "test_server_embeds",
         "server",
         "module",
     )
     assert server["outcome"] == "started" and server["config"]["class"] == "AsyncLLM"
     for started in (child, server):
         assert started["startup_s"] > 1 and started["held_after_start"]["cpu"] > 0
-    assert (blocked["test"], blocked["outcome"]) == (
-        "test_engines.py::test_second_server_is_blocked",
-        "blocked",
-    )
+    # a second server's share does not fit beside the first: blocked in its own process, naming the first
+    assert (blocked["test"], blocked["outcome"]) == (test + "test_second_server_is_blocked", "blocked")
     [holder] = blocked["holders"]
     assert "declares 0.5" in holder and "fixture `server` is module-scoped" in holder
-    assert "started in test_engines.py::test_server_embeds" in holder
+    assert f"started in {test}test_server_embeds" in holder
+    # and an engine of the test process itself, beside the live server
+    assert (beside["test"], beside["outcome"], beside["worker"]) == (
+        test + "test_an_engine_beside_the_server_is_blocked",
+        "blocked",
+        "main",
+    )
+    assert "of another process" in beside["holders"][0] and "fixture `server`" in beside["holders"][0]

@@ -4,7 +4,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
-from shared import Server, child_embedding_size
+from shared import MODEL, Server, child_embedding_size
 
 
 def test_child_engine():
@@ -28,3 +28,12 @@ def test_second_server_is_blocked(server):
     second = Server(0.6)
     assert second.process.poll() is not None, "the second server started beside the first"
     assert "cannot start" in second.stop()
+
+
+def test_an_engine_beside_the_server_is_blocked(server):
+    from vllm import LLM
+
+    from harness.errors import RunnerBlocked
+
+    with pytest.raises(RunnerBlocked, match="fixture `server` is module-scoped"):
+        LLM(MODEL, runner="pooling", dtype="float32", max_model_len=128, gpu_memory_utilization=0.6)
