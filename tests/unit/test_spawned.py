@@ -31,8 +31,18 @@ def _pip(*args: str, python: str = sys.executable) -> None:
     subprocess.run([python, "-m", "pip", "-q", *args], check=True, capture_output=True)
 
 
+def _source(directory: Path) -> Path:
+    """A copy of the project to build from: a build leaves ``build/`` and ``*.egg-info`` in its source,
+    and an egg-info on ``PYTHONPATH`` reads as the project installed (test_inert's wheel then is not)."""
+    source = directory / "source"
+    shutil.copytree(ROOT / "harness", source / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.py", PTH, "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    return source
+
+
 def test_the_wheel_carries_the_pth(tmp_path):
-    _pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT))
+    _pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(_source(tmp_path)))
     [wheel] = tmp_path.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
         assert archive.read(PTH) == (ROOT / PTH).read_bytes()
@@ -53,7 +63,7 @@ def editable(tmp_path_factory) -> Path:
     Path(packages, "_running_venv.pth").write_text(
         f"import site; site.addsitedir({site.getsitepackages()[0]!r})\n"
     )
-    _pip("install", "--no-deps", "--no-build-isolation", "-e", str(ROOT), python=str(python))
+    _pip("install", "--no-deps", "--no-build-isolation", "-e", str(_source(home)), python=str(python))
     assert Path(packages, PTH).is_file()
     return python
 
