@@ -133,4 +133,5 @@ def test_spawned_engines_are_counted_with_their_owners(editable, pytester, monke
         "blocked",
         "main",
     )
-    assert "of another process" in beside["holders"][0] and "fixture `server`" in beside["holders"][0]
+    # (on the CPU the fixture is also held for the host memory its setup grew: the server's engine)
+    assert any("of another process" in h and "fixture `server`" in h for h in beside["holders"])
