@@ -43,6 +43,7 @@ class Settings(NamedTuple):
     ledger_dir: str | None = None
     reuse: bool = False
     reuse_engines: Annotated[int, Bounds(1, 64)] = 1  # warm engines a process keeps
+    reuse_hf: bool = False  # hand a loaded HF model on to the next identical load (harness.tracking.hf_reuse)
     freeze_collected: bool = True  # gc.freeze once collected (harness.pytest_plugin.frozen)
     cache_references: bool = True  # references kept across workers and runs (harness.references)
 
@@ -51,7 +52,7 @@ PLATFORM_DEFAULTS = {
     "cuda": {},
     "rocm": {"settle": True, "shutdown_timeout_s": 60.0, "test_timeout_s": 1800.0},
     # host memory moves with every process on the machine and with a process's first import of model code
-    # (allocator arenas, lazily loaded modules): the GPU tolerance read clean CPU stops as leaks (docs/memory.md)
+    # (allocator arenas, lazily loaded modules): the GPU tolerance reads clean CPU stops as leaks
     "cpu": {"release_tolerance_gib": 2.0},
 }
 

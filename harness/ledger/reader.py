@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from harness.errors import HarnessError
+from harness.ledger import files
 from harness.ledger.check import problem
 from harness.ledger.notable import NOTABLE
 
@@ -104,6 +105,23 @@ def running_test(path: Path) -> tuple[str, str] | None:
     tests = _tests_of(list(events(path)), {})
     running = tests[-1] if tests and tests[-1].get("crash") else None
     return None if running is None else (running["nodeid"], running["file"])
+
+
+def live_runners(directory: Path, worker: str, own: Path) -> list[tuple[Path, Record]]:
+    """The runners started and not stopped, in this session, by the other live processes of ``worker``'s
+    family: the worker itself (``<worker>.jsonl``) and the processes its tests spawned
+    (``<worker>.<pid>.jsonl``), each with its file. ``own`` (the caller's file) is left out."""
+    family = worker.split(".")[0]
+    found: list[tuple[Path, Record]] = []
+    for path in [directory / f"{family}.jsonl", *sorted(directory.glob(f"{family}.*.jsonl"))]:
+        if path == own or not files.in_use(path):
+            continue
+        listed = list(events(path))
+        starts = [i for i, e in enumerate(listed) if e["event"] == "worker"]  # a restarted worker's file
+        merged = Ledger()
+        _merge(listed[starts[-1] if starts else 0 :], merged)
+        found += [(path, r) for r in merged.records if r["outcome"] == "never-stopped" and r["startup_s"]]
+    return found
 
 
 class _NotFinite(ValueError):

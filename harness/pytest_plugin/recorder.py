@@ -87,6 +87,12 @@ def _record(config: pytest.Config, here: Context) -> None:
 
         here.pool = reuse.Pool(writer, here.settings.reuse_engines)
         config.pluginmanager.register(Reuse(here.pool), "harness-reuse")
+    if here.settings.reuse_hf:
+        from harness.pytest_plugin.reuse import ClearShelf
+        from harness.tracking.hf_reuse import Shelf
+
+        here.shelf = Shelf(writer)
+        config.pluginmanager.register(ClearShelf(here.shelf), "harness-hf-reuse")
     if here.settings.freeze_collected:
         from harness.pytest_plugin.frozen import Frozen
 
@@ -100,7 +106,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         here = process_context(config)
         if here.writer is not None:
             here.writer.close()
-        here.writer = here.pool = None
+        here.writer = here.pool = here.shelf = None
     outer = config.stash.get(_OUTER_CHILD, None)
     if outer is None:
         os.environ.pop(CHILD, None)

@@ -1,5 +1,5 @@
-"""The reuse pool's view of the session: which test opted out (``fresh_engine``), and the session's end.
-Registered by the recorder only when reuse is asked for."""
+"""The reuse pools' view of the session: which test opted out (``fresh_engine``), and the session's end
+(warm engines shut down, kept HF models dropped). Registered by the recorder only when reuse is asked for."""
 
 from __future__ import annotations
 
@@ -23,3 +23,13 @@ class Reuse:
     def pytest_sessionfinish(self) -> None:
         """Warm engines are shut down (and their stops recorded) while the ledger is still open."""
         self.pool.close()
+
+
+class ClearShelf:
+    """Kept HF models go at the session's end, their stops recorded before the summary reads them."""
+
+    def __init__(self, shelf) -> None:
+        self.shelf = shelf
+
+    def pytest_sessionfinish(self) -> None:
+        self.shelf.clear()

@@ -64,7 +64,7 @@ def members(
     try:
         read = json.loads(selection.read_text())
         found = json.loads(path.read_text()).get("members")
-    finally:  # raw node ids (a credential may be a test's parameter): scratch, never left in the run directory
+    finally:  # raw node ids (a test parameter may be a credential): never left in the run directory
         path.unlink(missing_ok=True)
         selection.unlink(missing_ok=True)
     if read.get("error"):

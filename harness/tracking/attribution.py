@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 # spawn_new_process_for_each_test runs the test body in a fresh interpreter that no plugin configures); the
 # test comes from that worker's ledger, so the plugin need not rewrite the environment for every test
 CHILD = "HARNESS_TEST_PROCESS"
+# the fixture in setup while it spawns (``<scope> <name>``): a module-scoped fixture that runs ``vllm serve``
+# owns the server's engine; set only around a fixture's setup in a session that exports ``CHILD``
+FIXTURE = "HARNESS_TEST_FIXTURE"
 
 
 class Attribution:
@@ -75,4 +78,7 @@ class Attribution:
         found = json.loads(value)
         self.worker = found["worker"]
         self._test = running_test(Path(found["ledger"]) / f"{self.worker}.jsonl")
+        scope, _, name = os.environ.get(FIXTURE, "").partition(" ")
+        if name:
+            self._fixtures = [(name, scope)]
         return found["ledger"]

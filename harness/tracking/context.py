@@ -38,6 +38,7 @@ class Context:
         self.owner = Attribution()
         self.writer: LedgerWriter | None = None  # None: not recording
         self.pool: Any = None  # harness.tracking.reuse.Pool when reuse is on (it builds on this module)
+        self.shelf: Any = None  # harness.tracking.hf_reuse.Shelf when HF reuse is on
         self.unchecked: list[Any] = []  # stopped runs whose release is not checked yet
         self._holders: Holders | None = None
         self._lock = threading.Lock()

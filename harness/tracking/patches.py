@@ -16,6 +16,8 @@ import importlib.abc
 import importlib.util
 import inspect
 import sys
+import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -46,6 +48,8 @@ def _patch_vllm(module) -> None:
         pool = current().pool
         if pool is not None:  # warm engines go first: reuse never puts a new engine beside them
             pool.make_room(fraction)
+        if current().shelf is not None:  # kept HF models go where the engine needs their memory
+            current().shelf.make_room(fraction)
         with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
             original(self, *args, **kwargs)
         if run is not None:
@@ -57,8 +61,71 @@ def _patch_vllm(module) -> None:
     cls.__init__ = __init__
 
 
+def _patch_vllm_server(module) -> None:
+    """``AsyncLLM``: the engine ``vllm serve`` builds (in a process a fixture spawned, like vLLM's
+    ``RemoteOpenAIServer``), from a ``VllmConfig`` rather than arguments."""
+    from harness.tracking.starts import starting
+
+    cls = module.AsyncLLM
+    original = cls.__init__
+    if getattr(original, "__harness__", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        __tracebackhide__ = True
+        try:
+            model, config, fraction, ranks = _served(kwargs.get("vllm_config", args[0] if args else None))
+        except Exception as error:  # vLLM moved a field: the server starts, unrecorded, with a finding
+            _not_tracked(
+                TARGETS[module.__name__], f"its VllmConfig changed ({type(error).__name__}: {error})"
+            )
+            original(self, *args, **kwargs)
+            return
+        with starting("vllm", model, config, fraction=fraction, devices=tuple(range(ranks))) as run:
+            original(self, *args, **kwargs)
+        if run is not None:
+            _watch_shutdown(self, run)
+
+    __init__.__harness__ = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+
+
+def _served(vllm_config) -> tuple[str, dict, float, int]:
+    """Model, configuration (for the fingerprint), declared fraction and ranks of an ``AsyncLLM``."""
+    model, cache, parallel = vllm_config.model_config, vllm_config.cache_config, vllm_config.parallel_config
+    ranks = parallel.tensor_parallel_size * parallel.pipeline_parallel_size
+    config = {
+        "class": "AsyncLLM",
+        "model": model.model,
+        "runner": model.runner_type,
+        "dtype": str(model.dtype),
+        "max_model_len": model.max_model_len,
+        "gpu_memory_utilization": cache.gpu_memory_utilization,
+        "tensor_parallel_size": parallel.tensor_parallel_size,
+        "pipeline_parallel_size": parallel.pipeline_parallel_size,
+    }
+    return model.model, config, cache.gpu_memory_utilization, ranks
+
+
+def _watch_shutdown(engine, run) -> None:
+    """Record the stop at the engine's own ``shutdown`` (``vllm serve`` calls it on its way out), or when
+    the engine is collected."""
+    original = engine.shutdown
+
+    def shutdown(*args, **kwargs):
+        began = time.monotonic()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            run.stop(began)
+
+    engine.shutdown = shutdown
+    run.watch(engine)
+
+
 def _patch_transformers(module) -> None:
-    from harness.tracking.starts import normalise, starting
+    from harness.tracking.starts import fingerprint, normalise, starting
 
     cls = module.PreTrainedModel
     original = cls.from_pretrained.__func__
@@ -70,11 +137,17 @@ def _patch_transformers(module) -> None:
         __tracebackhide__ = True
         config = normalise(original, (klass, *args), kwargs)
         config["class"] = klass.__name__
+        shelf = current().shelf
+        key = None if shelf is None else fingerprint("hf", config)
+        if key is not None and (kept := shelf.take(key)) is not None:
+            return kept
         model_name = str(config.get("pretrained_model_name_or_path"))
         with starting("hf", model_name, config) as run:
             model = original(klass, *args, **kwargs)
         if run is not None:
             run.watch(model)
+            if key is not None:
+                shelf.keep(key, model, run)
         return model
 
     from_pretrained.__harness__ = True  # type: ignore[attr-defined]
@@ -82,24 +155,44 @@ def _patch_transformers(module) -> None:
 
 
 def _patch_sentence_transformers(module) -> None:
-    from harness.tracking.starts import normalise, starting
+    from harness.tracking.starts import fingerprint, normalise, starting
 
     cls = module.SentenceTransformer
     original = cls.__init__
     if getattr(original, "__harness__", False):
         return
+    original_new = cls.__new__
+    handed: weakref.WeakSet = weakref.WeakSet()  # kept models __new__ returned: their __init__ is skipped
+
+    def key(klass, args, kwargs) -> tuple[dict, str | None]:
+        config = normalise(original, (None, *args), kwargs)
+        config["class"] = klass.__name__
+        return config, None if current().shelf is None else fingerprint("hf", config)
+
+    @functools.wraps(original_new)
+    def __new__(klass, *args, **kwargs):
+        shelf = current().shelf
+        if shelf is not None and (kept := shelf.take(key(klass, args, kwargs)[1])) is not None:
+            handed.add(kept)
+            return kept
+        return original_new(klass) if original_new is object.__new__ else original_new(klass, *args, **kwargs)
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
         __tracebackhide__ = True
-        config = normalise(original, (self, *args), kwargs)
-        config["class"] = type(self).__name__
+        if self in handed:
+            handed.discard(self)
+            return
+        config, fingerprinted = key(type(self), args, kwargs)
         with starting("hf", str(config.get("model_name_or_path")), config) as run:
             original(self, *args, **kwargs)
         if run is not None:
             run.watch(self)
+            if fingerprinted is not None:
+                current().shelf.keep(fingerprinted, self, run)
 
     __init__.__harness__ = True  # type: ignore[attr-defined]
+    cls.__new__ = __new__
     cls.__init__ = __init__
 
 
@@ -127,6 +220,7 @@ TARGETS = {
     target.module: target
     for target in (
         Target("vllm.entrypoints.llm", "LLM", "__init__", _patch_vllm),
+        Target("vllm.v1.engine.async_llm", "AsyncLLM", "__init__", _patch_vllm_server),
         Target("transformers.modeling_utils", "PreTrainedModel", "from_pretrained", _patch_transformers),
         Target("sentence_transformers", "SentenceTransformer", "__init__", _patch_sentence_transformers),
     )
@@ -227,10 +321,12 @@ def _names(source: Path) -> set[str]:
 _hook = _PostImport()
 
 
-def install() -> None:
-    """Instrument foreign runners: now for modules already imported, at first import for the rest."""
+def install() -> importlib.abc.MetaPathFinder:
+    """Instrument foreign runners: now for modules already imported, at first import for the rest.
+    Returns the import hook."""
     if _hook not in sys.meta_path:
         sys.meta_path.insert(0, _hook)
     for name, target in TARGETS.items():
         if name in sys.modules:
             _apply(target, sys.modules[name])
+    return _hook

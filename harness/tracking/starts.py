@@ -26,7 +26,7 @@ from harness.memory import admission
 from harness.memory.waits import wait_for_memory
 from harness.platform import allocator
 from harness.platform.base import GIB, Platform
-from harness.tracking.attribution import CHILD
+from harness.tracking.attribution import CHILD, FIXTURE
 from harness.tracking.context import current
 
 _starting = threading.local()  # a load inside a load (SentenceTransformer -> from_pretrained) counts once
@@ -224,10 +224,18 @@ def fixture_setup(key: object, name: str, scope: str) -> Iterator[None]:
     owner = context.owner.current()
     holders_before = len(context.holders.on())
     before = {i: r.used_bytes for i, r in context.platform.memory().items()}
+    outer = os.environ.get(FIXTURE) if CHILD in os.environ else None
+    if CHILD in os.environ:  # a process it spawns (``vllm serve``) records its runners as this fixture's
+        os.environ[FIXTURE] = f"{scope} {name}"
     try:
         yield
     finally:
         context.owner.leave_fixture()
+        if CHILD in os.environ:
+            if outer is None:
+                os.environ.pop(FIXTURE, None)
+            else:
+                os.environ[FIXTURE] = outer
         grown = {i: r.used_bytes - before.get(i, r.used_bytes) for i, r in context.platform.memory().items()}
         held = {i: g for i, g in grown.items() if g > context.settings.release_tolerance_gib * GIB}
         # a fixture that started a runner is already held through that runner
@@ -324,6 +332,9 @@ def starting(
         return
     _starting.active = True
     try:
+        from harness.tracking import siblings  # where a runner starts: its ledger reader with it
+
+        siblings.refresh(context)
         need, declared = _need(context.platform, fraction, devices)
         run = _announce(writer, kind, model, config, need, declared)
         began = time.monotonic()

@@ -1,0 +1,39 @@
+"""In a process a test spawned (``multiprocessing`` spawn, ``vllm serve``): record its runners.
+
+``pytest-gpu-harness.pth`` calls ``watch`` at interpreter start when ``HARNESS_TEST_PROCESS`` is set,
+which the plugin sets for its session; nothing else of the harness is imported until the process imports
+a runner library, so a vLLM engine process that builds no runner pays one small finder. The first runner
+start then adopts the test's ledger and owner (``starts.adopt``).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+
+# the modules harness.tracking.patches wraps (its TARGETS; a unit test keeps the two equal)
+WATCHED = frozenset(
+    {
+        "vllm.entrypoints.llm",
+        "vllm.v1.engine.async_llm",
+        "transformers.modeling_utils",
+        "sentence_transformers",
+    }
+)
+
+
+class _FirstRunnerImport(importlib.abc.MetaPathFinder):
+    """Installs the harness's import hook when the process first imports a runner library."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in WATCHED:
+            return None
+        sys.meta_path.remove(self)
+        from harness.tracking import patches
+
+        return patches.install().find_spec(name, path, target)
+
+
+def watch() -> None:
+    if not any(isinstance(finder, _FirstRunnerImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _FirstRunnerImport())

@@ -1,0 +1,53 @@
+"""The live runners of a worker's other processes are holders here, read from their ledger files: a real
+second process writes its runner's start; once it has exited (its file's lock gone), it holds nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from harness.config.settings import Settings
+from harness.ledger.writer import LedgerWriter
+from harness.platform.host import HostPlatform
+from harness.tracking import siblings
+from harness.tracking.context import Context
+
+SERVER = """
+    import sys
+    from harness.ledger.writer import LedgerWriter
+
+    writer = LedgerWriter(sys.argv[1], worker="main.4242")
+    owner = dict(test="t.py::test_a", file="t.py", fixture="server", scope="module", worker="main")
+    writer.write("runner-start", id="main.4242-1", kind="vllm", model="m", fingerprint="f", config={},
+                 **owner, phase=None, devices=["cpu"], need_bytes=int(sys.argv[2]), mem_before={})
+    writer.write("runner-started", id="main.4242-1", startup_s=30.0, mem_after_start={},
+                 held_after_start={"cpu": 2**30})
+    print("started", flush=True)
+    sys.stdin.read()  # alive until the test closes its stdin
+"""
+
+
+def test_another_process_live_runner_is_a_holder_until_it_exits(tmp_path):
+    context = Context(HostPlatform(), Settings())
+    total = context.platform.devices()[0].total_bytes
+    context.writer = LedgerWriter(tmp_path, worker="main")
+    server = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(SERVER), str(tmp_path), str(total // 2)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout.readline() == "started\n"
+        siblings.refresh(context)
+        [holder] = context.holders.on()
+        assert holder.label == "vllm runner `m` of another process (main.4242.jsonl)"
+        assert (holder.owner.fixture, holder.owner.scope, holder.fraction) == ("server", "module", 0.5)
+        assert holder.pinned() and holder.used_bytes == {0: 2**30}
+        siblings.refresh(context)  # refreshed, not doubled
+        assert len(context.holders.on()) == 1
+    finally:
+        server.communicate("")
+    siblings.refresh(context)
+    assert context.holders.on() == []
