@@ -42,7 +42,7 @@ class Settings(NamedTuple):
     workers_per_gpu: Count = 1
     ledger_dir: str | None = None
     reuse: bool = False
-    reuse_engines: int = 1
+    reuse_engines: int = 2
     freeze_collected: bool = True  # gc.freeze once collected (harness.pytest_plugin.frozen)
 
 

@@ -117,12 +117,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With a previous run's configurations (``harness run --durations-from``), run tests that started the
-    same configuration one after another; after pytest's own grouping of fixture parameters."""
+    same configuration one after another; without, and with reuse on, tests of the same parameters; after
+    pytest's own grouping of fixture parameters."""
     path = os.environ.get(CONFIGURATIONS)
-    if path and not config.getoption("no_harness"):
-        from harness.pytest_plugin import order
+    if config.getoption("no_harness") or not (path or config.pluginmanager.hasplugin("harness-reuse")):
+        return
+    from harness.pytest_plugin import order
 
-        items[:] = order.by_configuration(items, order.load(path))
+    items[:] = order.by_configuration(items, order.load(path)) if path else order.by_parameters(items)
 
 
 class _Controller:
@@ -279,7 +281,10 @@ class _Reuse:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """Before the test's fixtures: they may build runners too."""
-        self.pool.fresh = item.get_closest_marker("fresh_engine") is not None
+        if item.get_closest_marker("fresh_engine") is not None:
+            self.pool.fresh_test(item.nodeid)
+        else:
+            self.pool.fresh = False
 
     def pytest_sessionfinish(self) -> None:
         """Warm engines are shut down (and their stops recorded) while the ledger is still open."""
