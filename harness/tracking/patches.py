@@ -28,7 +28,7 @@ VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature c
 
 def _patch_vllm(module) -> None:
     # when the suite imports vLLM, not before
-    from harness.tracking.starts import fingerprint, starting, vllm_configuration
+    from harness.tracking.starts import fingerprint, learn, starting, vllm_configuration
     from harness.tracking.vllm_engine import state, watch_engine
 
     cls = module.LLM
@@ -66,6 +66,7 @@ def _patch_vllm(module) -> None:
             pool.make_room(fraction)
         with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
             original(self, *args, **kwargs)
+        learn(variables)
         if run is not None:
             watch_engine(self, run)
         if pool is not None:

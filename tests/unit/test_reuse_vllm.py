@@ -48,3 +48,45 @@ def test_reuse_hands_on_clean_engines_one_at_a_time(pytester, monkeypatch):
         ("fresh", "the test asked for a fresh engine (fresh_engine marker)"),
     ]
     result.stdout.fnmatch_lines(["*4 runner starts (vllm 4)*2 avoided by reuse*"])
+
+
+OWN_RUNNER_SUITE = Path(__file__).parent / "vllm_reuse" / "own_runner_suite.py"
+
+
+def test_reuse_through_a_suites_own_runner_grouped_on_the_first_run(pytester, monkeypatch):
+    """vLLM's conftest shape: ``__exit__`` shuts the engine core down, and the engine is parked instead;
+    the next ``LLM(...)`` of its configuration gets it. Never under another VLLM_* environment nor under
+    fresh_engine, with the ledger's reason for each."""
+    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    shutil.copy(OWN_RUNNER_SUITE, pytester.path / "test_own_runner.py")
+    directory = pytester.path / "ledger"
+    result = pytester.runpytest_subprocess(
+        "--harness-ledger-dir", str(directory), "--harness-reuse", "-p", "no:cacheprovider", "-v"
+    )
+    result.assert_outcomes(passed=6)
+    merged = ledger.read(directory)
+    vllm = [r for r in merged.records if r["kind"] == "vllm"]
+    name = "test_own_runner.py::test_"
+    assert [r["test"].removeprefix(name) for r in vllm] == [
+        "embed[64]",
+        "embed[128]",
+        "under_another_environment",
+        "fresh",
+    ]
+    assert {r["outcome"] for r in vllm} == {"started"}
+    for earlier, later in zip(vllm, vllm[1:], strict=False):
+        assert earlier["stop"] <= later["start"], "two engines were alive at once"
+    assert [(r["test"].removeprefix(name), r["runner"]) for r in merged.reuses] == [
+        ("embed_again[64]", vllm[0]["id"]),
+        ("embed_again[128]", vllm[1]["id"]),
+    ]
+    assert [(r["test"].removeprefix(name), r["runner"], r["reason"]) for r in merged.refusals] == [
+        (
+            "under_another_environment",
+            vllm[1]["id"],
+            "the VLLM_* environment differs from its start's (VLLM_ALLOW_LONG_MAX_MODEL_LEN=None -> '1')",
+        ),
+        ("fresh", vllm[2]["id"], "the next test asked for a fresh engine (fresh_engine marker)"),
+        ("fresh", vllm[3]["id"], "the test asked for a fresh engine (fresh_engine marker)"),
+    ]

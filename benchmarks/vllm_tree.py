@@ -1,0 +1,201 @@
+"""Engine reuse through vLLM's own conftest, unedited: plain pytest, harness without reuse, harness with reuse.
+
+    python benchmarks/vllm_tree.py --work DIR [--cache DIR] [--kv-cache-gib N] [--platform NAME]
+
+vLLM 0.32.0's tests (the sdist, as ``vllm_upstream.py`` fetches it; ``--version`` picks another, e.g. 0.26.0
+on the H200) with its own ``tests/conftest.py``. Its ``test_truncation_control.py`` is already hand-fixed
+(one module-scoped engine); the naive variant written beside it is what PR #52570 removed file by file:
+two of its tests, each opening its own ``with vllm_runner(...)``, over two ``max_model_len`` values
+interleaved by ``parametrize`` (pytest runs them 128, 96, 128, 96, ...). The hand-fixed variant keeps one
+module-scoped engine per value (a parametrized module fixture). Runs, one after another:
+
+- ``plain pytest``: ``python -m pytest`` on the naive file, the harness plugin only observing (its ledger
+  counts the starts; without reuse it changes nothing);
+- ``harness, reuse off`` and ``harness, reuse on`` (``HARNESS_REUSE=1``, no history: a first run);
+- ``hand-fixed``: ``harness run`` on the hand-fixed file, reuse off.
+
+Printed: outcomes per run and whether every test's outcome equals plain pytest's, vLLM starts against the
+distinct configurations per worker, ``harness compare`` of reuse off → on, and the wall with reuse against
+the hand-fixed file's (the goal: at most 1.1×). Exit 1 when outcomes differ or starts exceed configurations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import vllm_upstream  # noqa: E402
+
+from harness import ledger  # noqa: E402
+
+DIRECTORY = "tests/models/language/pooling"
+NAIVE = f"{DIRECTORY}/test_truncation_naive.py"
+FIXED = f"{DIRECTORY}/test_truncation_fixed.py"
+TABLE = f"""
+# added for harness: the naive and the hand-fixed truncation files
+[tool.harness.suites.naive]
+paths = ["{NAIVE}"]
+
+[tool.harness.suites.fixed]
+paths = ["{FIXED}"]
+"""
+LENGTHS = (128, 96)
+
+# two of the three tests of vLLM's test_truncation_control.py (kept few: ~30 s a start on 2 cores), over two max_model_len values; {engine} opens or
+# receives the engine, {length} is its max_model_len
+TESTS = '''
+
+def test_smaller_truncation_size({signature}):
+{engine}        output = vllm_model.llm.embed(
+            input_str, tokenization_kwargs=dict(truncate_prompt_tokens=10)
+        )
+        assert len(output[0].prompt_token_ids) == 10
+
+
+def test_max_truncation_size({signature}):
+{engine}        output = vllm_model.llm.embed(
+            input_str, tokenization_kwargs=dict(truncate_prompt_tokens=-1)
+        )
+        assert len(output[0].prompt_token_ids) == {length}
+
+'''
+
+
+def write_files(tree: Path) -> None:
+    """The naive and the hand-fixed variant of vLLM's test_truncation_control.py, from its own header."""
+    source = (tree / DIRECTORY / "test_truncation_control.py").read_text()
+    header = source.split("@pytest.fixture", 1)[0]  # imports, MODEL_NAME, input_str
+    lengths = ", ".join(map(str, LENGTHS))
+    naive = TESTS.format(
+        signature="vllm_runner, max_model_len",
+        engine="    with vllm_runner(\n        MODEL_NAME, runner=\"pooling\", max_model_len=max_model_len\n"
+        "    ) as vllm_model:\n",
+        length="max_model_len",
+    ).replace("\ndef test_", f'\n@pytest.mark.parametrize("max_model_len", [{lengths}])\ndef test_')
+    fixed = re.sub(  # the body one level out: no ``with`` around it
+        r"(?m)^    (    )",
+        r"\1",
+        TESTS.format(
+            signature="vllm_model", engine="", length="vllm_model.llm.llm_engine.model_config.max_model_len"
+        ),
+    )
+    fixture = (
+        f'\n@pytest.fixture(scope="module", params=[{lengths}])\ndef vllm_model(vllm_runner, request):\n'
+        '    with vllm_runner(\n        MODEL_NAME, runner="pooling", max_model_len=request.param\n'
+        "    ) as model:\n        yield model\n"
+    )
+    (tree / NAIVE).write_text(header + naive)
+    (tree / FIXED).write_text(header + fixture + fixed)
+    with open(tree / "pyproject.toml", "a") as pyproject:
+        pyproject.write(TABLE)
+
+
+def figures(directory: Path) -> dict:
+    """Outcomes per test, vLLM starts and distinct configurations per worker, reuses."""
+    merged = ledger.read(directory)
+    starts: Counter = Counter()
+    configurations: dict[str, set] = {}
+    for record in ledger.started(merged.records):
+        if record["kind"] == "vllm":
+            starts[record["worker"]] += 1
+            configurations.setdefault(record["worker"], set()).add(record["fingerprint"])
+    for reuse in merged.reuses:
+        configurations.setdefault(reuse["worker"], set()).add(reuse["fingerprint"])
+    return {
+        "outcomes": {test["nodeid"]: test["outcome"] for test in merged.tests},
+        "starts": dict(starts),
+        "configurations": {worker: len(keys) for worker, keys in configurations.items()},
+        "reused": len(merged.reuses),
+        "refused": [r["reason"] for r in merged.refusals],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", required=True, type=Path, help="where the tree, hub cache and runs go")
+    parser.add_argument("--cache", type=Path, help="where the sdist is kept (default: --work)")
+    parser.add_argument("--kv-cache-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE; 0 unsets it")
+    parser.add_argument("--platform", default="cpu", help="harness run --platform (default cpu)")
+    parser.add_argument("--version", default=vllm_upstream.VERSION, help="the vLLM sdist whose tests run")
+    args = parser.parse_args()
+    work = args.work.resolve()
+    vllm_upstream.VERSION, vllm_upstream.SDIST = args.version, f"vllm-{args.version}.tar.gz"
+    tree = vllm_upstream.extract(vllm_upstream.fetch((args.cache or work).resolve()), work)
+    write_files(tree)
+    vllm_upstream.hub_cache(work / "hf-home")
+    env = {**os.environ, "HF_HOME": str(work / "hf-home"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    env.pop("HARNESS_REUSE", None)
+    if args.kv_cache_gib:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
+    harness = [sys.executable, "-m", "harness", "run", "--platform", args.platform]
+    runs = {
+        "plain pytest": ([sys.executable, "-m", "pytest", NAIVE, "--harness-ledger-dir=plain-ledger"], {}),
+        "harness, reuse off": ([*harness, "naive", "--out", "out-off"], {}),
+        "harness, reuse on": ([*harness, "naive", "--out", "out-on"], {"HARNESS_REUSE": "1"}),
+        "hand-fixed": ([*harness, "fixed", "--out", "out-fixed"], {}),
+    }
+    results = {}
+    for name, (command, extra) in runs.items():
+        for directory in ("plain-ledger", "out-off", "out-on", "out-fixed"):
+            if directory in " ".join(command):
+                shutil.rmtree(tree / directory, ignore_errors=True)
+        print(f"\n=== {name}: {' '.join(command)} {extra or ''}", flush=True)
+        wall, code = vllm_upstream.timed(command, tree, {**env, **extra})
+        ledger_dir = tree / ("plain-ledger" if name == "plain pytest" else f"{command[-1]}/ledger")
+        results[name] = {"wall_s": round(wall, 1), "exit": code, **figures(ledger_dir)}
+    compare = subprocess.run(
+        [sys.executable, "-m", "harness", "compare", "out-off", "out-on"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    return report(results, compare.stdout + compare.stderr, args.version)
+
+
+def report(results: dict, compare: str, version: str) -> int:
+    print(f"\n=== vLLM {version}'s own conftest, naive {NAIVE} ({len(LENGTHS)} configurations)")
+    plain = results["plain pytest"]["outcomes"]
+    ok = bool(plain)
+    for name, result in results.items():
+        counts = Counter(result["outcomes"].values())
+        shown = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no tests"
+        starts = sum(result["starts"].values())
+        distinct = sum(result["configurations"].values())
+        print(
+            f"{name:<20} {shown}; exit {result['exit']}; vLLM starts {starts} "
+            f"(distinct configurations per worker {distinct}), reused {result['reused']}; "
+            f"wall {result['wall_s']:.1f} s"
+        )
+        for reason in result["refused"]:
+            print(f"  reuse-refused: {reason}")
+        if name != "hand-fixed":
+            differ = sorted(n for n in plain.keys() | result["outcomes"].keys() if plain.get(n) != result["outcomes"].get(n))
+            for nodeid in differ:
+                print(f"  differs from plain pytest: {nodeid}: {plain.get(nodeid)} vs {result['outcomes'].get(nodeid)}")
+            ok = ok and not differ
+    reuse = results["harness, reuse on"]
+    at_distinct = all(reuse["starts"].get(w, 0) <= n for w, n in reuse["configurations"].items())
+    ok = ok and at_distinct
+    print(f"\n=== harness compare out-off out-on\n{compare.rstrip()}")
+    ratio = reuse["wall_s"] / results["hand-fixed"]["wall_s"]
+    print(
+        f"\noutcomes {'equal plain pytest test by test' if ok else 'DIFFERENT'}; reuse: vLLM starts "
+        f"{sum(reuse['starts'].values())} == distinct configurations {sum(reuse['configurations'].values())}: "
+        f"{at_distinct}; wall with reuse {ratio:.2f}× the hand-fixed file's (goal ≤ 1.1×)"
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
