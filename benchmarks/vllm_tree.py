@@ -1,6 +1,7 @@
-"""Engine reuse through vLLM's own conftest, unedited: plain pytest, harness without reuse, harness with reuse.
+"""Engine reuse through vLLM's own conftest, unedited: plain pytest, harness without and with reuse.
 
-    python benchmarks/vllm_tree.py --work DIR [--cache DIR] [--kv-cache-gib N] [--platform NAME]
+    python benchmarks/vllm_tree.py --work DIR [--cache DIR | --sdist FILE] [--kv-cache-gib N] [--platform P]
+    python benchmarks/vllm_tree.py --fetch-only --cache DIR [--version V]   (stage the sdist for the GPU)
 
 vLLM 0.32.0's tests (the sdist, as ``vllm_upstream.py`` fetches it; ``--version`` picks another, e.g. 0.26.0
 on the H200) with its own ``tests/conftest.py``. Its ``test_truncation_control.py`` is already hand-fixed
@@ -22,6 +23,7 @@ the hand-fixed file's (the goal: at most 1.1×). Exit 1 when outcomes differ or 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -50,9 +52,9 @@ paths = ["{FIXED}"]
 """
 LENGTHS = (128, 96)
 
-# two of the three tests of vLLM's test_truncation_control.py (kept few: ~30 s a start on 2 cores), over two max_model_len values; {engine} opens or
-# receives the engine, {length} is its max_model_len
-TESTS = '''
+# two of the three tests of vLLM's test_truncation_control.py (kept few: a start is ~30 s on 2 cores), over
+# two max_model_len values; {engine} opens or receives the engine, {length} is its max_model_len
+TESTS = """
 
 def test_smaller_truncation_size({signature}):
 {engine}        output = vllm_model.llm.embed(
@@ -67,17 +69,17 @@ def test_max_truncation_size({signature}):
         )
         assert len(output[0].prompt_token_ids) == {length}
 
-'''
+"""
 
 
 def write_files(tree: Path) -> None:
     """The naive and the hand-fixed variant of vLLM's test_truncation_control.py, from its own header."""
     source = (tree / DIRECTORY / "test_truncation_control.py").read_text()
-    header = source.split("@pytest.fixture", 1)[0]  # imports, MODEL_NAME, input_str
+    header = re.split(r"\n(?=@pytest|def test_)", source, maxsplit=1)[0]  # imports, MODEL_NAME, input_str
     lengths = ", ".join(map(str, LENGTHS))
     naive = TESTS.format(
         signature="vllm_runner, max_model_len",
-        engine="    with vllm_runner(\n        MODEL_NAME, runner=\"pooling\", max_model_len=max_model_len\n"
+        engine='    with vllm_runner(\n        MODEL_NAME, runner="pooling", max_model_len=max_model_len\n'
         "    ) as vllm_model:\n",
         length="max_model_len",
     ).replace("\ndef test_", f'\n@pytest.mark.parametrize("max_model_len", [{lengths}])\ndef test_')
@@ -121,15 +123,23 @@ def figures(directory: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", required=True, type=Path, help="where the tree, hub cache and runs go")
+    parser.add_argument("--work", type=Path, help="where the tree, hub cache and runs go")
     parser.add_argument("--cache", type=Path, help="where the sdist is kept (default: --work)")
+    parser.add_argument("--sdist", type=Path, help="a vLLM sdist already here (no network: the GPU machine)")
+    parser.add_argument("--fetch-only", action="store_true", help="download the sdist into --cache and stop")
     parser.add_argument("--kv-cache-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE; 0 unsets it")
     parser.add_argument("--platform", default="cpu", help="harness run --platform (default cpu)")
     parser.add_argument("--version", default=vllm_upstream.VERSION, help="the vLLM sdist whose tests run")
     args = parser.parse_args()
-    work = args.work.resolve()
     vllm_upstream.VERSION, vllm_upstream.SDIST = args.version, f"vllm-{args.version}.tar.gz"
-    tree = vllm_upstream.extract(vllm_upstream.fetch((args.cache or work).resolve()), work)
+    if args.fetch_only or args.work is None:
+        if args.cache is None:
+            parser.error("--fetch-only needs --cache, a run needs --work")
+        print(vllm_upstream.fetch(args.cache.resolve()))
+        return 0
+    work = args.work.resolve()
+    sdist = args.sdist.resolve() if args.sdist else vllm_upstream.fetch((args.cache or work).resolve())
+    tree = vllm_upstream.extract(sdist, work)
     write_files(tree)
     vllm_upstream.hub_cache(work / "hf-home")
     env = {**os.environ, "HF_HOME": str(work / "hf-home"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -153,6 +163,7 @@ def main() -> int:
         wall, code = vllm_upstream.timed(command, tree, {**env, **extra})
         ledger_dir = tree / ("plain-ledger" if name == "plain pytest" else f"{command[-1]}/ledger")
         results[name] = {"wall_s": round(wall, 1), "exit": code, **figures(ledger_dir)}
+    (work / "vllm-tree-results.json").write_text(json.dumps(results, indent=1) + "\n")
     compare = subprocess.run(
         [sys.executable, "-m", "harness", "compare", "out-off", "out-on"],
         cwd=tree,
@@ -180,9 +191,14 @@ def report(results: dict, compare: str, version: str) -> int:
         for reason in result["refused"]:
             print(f"  reuse-refused: {reason}")
         if name != "hand-fixed":
-            differ = sorted(n for n in plain.keys() | result["outcomes"].keys() if plain.get(n) != result["outcomes"].get(n))
+            differ = sorted(
+                n
+                for n in plain.keys() | result["outcomes"].keys()
+                if plain.get(n) != result["outcomes"].get(n)
+            )
             for nodeid in differ:
-                print(f"  differs from plain pytest: {nodeid}: {plain.get(nodeid)} vs {result['outcomes'].get(nodeid)}")
+                other = result["outcomes"].get(nodeid)
+                print(f"  differs from plain pytest: {nodeid}: {plain.get(nodeid)} vs {other}")
             ok = ok and not differ
     reuse = results["harness, reuse on"]
     at_distinct = all(reuse["starts"].get(w, 0) <= n for w, n in reuse["configurations"].items())
@@ -191,8 +207,9 @@ def report(results: dict, compare: str, version: str) -> int:
     ratio = reuse["wall_s"] / results["hand-fixed"]["wall_s"]
     print(
         f"\noutcomes {'equal plain pytest test by test' if ok else 'DIFFERENT'}; reuse: vLLM starts "
-        f"{sum(reuse['starts'].values())} == distinct configurations {sum(reuse['configurations'].values())}: "
-        f"{at_distinct}; wall with reuse {ratio:.2f}× the hand-fixed file's (goal ≤ 1.1×)"
+        f"{sum(reuse['starts'].values())}, distinct configurations {sum(reuse['configurations'].values())}, "
+        f"at most one start each: {at_distinct}; wall with reuse {ratio:.2f}× the hand-fixed file's "
+        "(goal ≤ 1.1×)"
     )
     return 0 if ok else 1
 

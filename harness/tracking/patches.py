@@ -49,7 +49,9 @@ def _patch_vllm(module) -> None:
             if engine is not None:
                 handed.add(engine)
                 return engine
-        return object.__new__(klass) if previous_new is object.__new__ else previous_new(klass, *args, **kwargs)
+        if previous_new is object.__new__:  # object's takes no arguments
+            return object.__new__(klass)
+        return previous_new(klass, *args, **kwargs)
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):

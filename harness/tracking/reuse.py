@@ -84,7 +84,9 @@ class Pool:
         for key in [k for k, warm in self.warm.items() if warm.engine is engine]:
             del self.warm[key]
 
-    def take(self, key: str, base: str | None = None, environment: dict[str, str] | None = None) -> Any | None:
+    def take(
+        self, key: str, base: str | None = None, environment: dict[str, str] | None = None
+    ) -> Any | None:
         """The warm engine of configuration ``key``, handed on and recorded; None when there is none.
 
         A warm engine of the same arguments (``base``) under another ``VLLM_*`` environment is not handed
@@ -159,7 +161,9 @@ class Pool:
             if base is None or warm.began is None or warm.began.base != base:
                 continue
             started = warm.began.environment
-            names = sorted(n for n in started.keys() | environment.keys() if started.get(n) != environment.get(n))
+            names = sorted(
+                n for n in started.keys() | environment.keys() if started.get(n) != environment.get(n)
+            )
             differ = ", ".join(f"{n}={started.get(n)!r} -> {environment.get(n)!r}" for n in names)
             self._refused(key, warm.run, f"the VLLM_* environment differs from its start's ({differ})")
 

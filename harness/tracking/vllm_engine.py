@@ -114,14 +114,14 @@ def _unparkable(llm) -> str | None:
     except AttributeError as error:
         return f"vllm.LLM internals moved ({error})"
     if in_process:
-        return "its engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): vLLM's cleanup tears it down"
+        return "its engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): cleanup would end it"
     if getattr(_own, "active", False):
         return None
     platform = current().platform.name
     if platform == "rocm":
         return "vLLM's conftest waits on ROCm for its memory to be given back after each runner"
     if platform != "cpu" and os.environ.get("VLLM_TEST_CLEAN_GPU_MEMORY") == "1":
-        return "VLLM_TEST_CLEAN_GPU_MEMORY=1: vLLM's conftest waits between tests for the GPU to be nearly empty"
+        return "VLLM_TEST_CLEAN_GPU_MEMORY=1: vLLM's conftest waits between tests for a nearly empty GPU"
     return None
 
 

@@ -37,7 +37,9 @@ def test_e(): pass
 """
 
 
-def _order(pytester, monkeypatch, configurations: dict | None, *options: str, suite: str = SUITE) -> list[str]:
+def _order(
+    pytester, monkeypatch, configurations: dict | None, *options: str, suite: str = SUITE
+) -> list[str]:
     pytester.makepyfile(test_s=suite)
     if configurations is not None:
         path = pytester.path / "configurations.json"
@@ -88,7 +90,8 @@ def test_a_first_run_with_reuse_gathers_tests_of_the_same_parameters(pytester, m
         "test_embed[config1]", "test_score[config1]",
         "test_plain", "test_both[1-config0]", "test_both[1-config1]", "test_both[2-config0]",
         "test_both[2-config1]",
-        "TestK::test_x[config0]", "TestK::test_y[config0]", "TestK::test_x[config1]", "TestK::test_y[config1]",
+        "TestK::test_x[config0]", "TestK::test_y[config0]",
+        "TestK::test_x[config1]", "TestK::test_y[config1]",
     ]  # fmt: skip
     # without reuse nothing is gained by moving tests: pytest's own order
     assert _order(pytester, monkeypatch, None, suite=NAIVE)[:4] == [

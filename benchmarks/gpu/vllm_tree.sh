@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Issue 34's vLLM-tree figure with real CUDA engines: benchmarks/vllm_tree.py over vLLM 0.26.0's own
+# tests/conftest.py, unedited (plain pytest, harness reuse off, reuse on as a first run, the hand-fixed
+# file; harness compare off -> on). Needs `benchmarks/gpu/stage.sh install` done on the same machine and
+# the 0.26.0 sdist carried with the call (the machine has no network). Here, before the call:
+#   python benchmarks/vllm_tree.py --fetch-only --cache .xfer/vllm-tree --version 0.26.0   (44 MB)
+# then, in one device call carrying .xfer/vllm-tree:
+#   benchmarks/gpu/vllm_tree.sh                                                          ~6-8 min
+# Into $OUT: vllm-tree.log (the runs and the table), vllm-tree-results.json, and each run's report.json.
+set -uo pipefail
+[ -n "${OUT:-}" ] || { echo "vllm_tree.sh: OUT is not set (the device call's output folder)" >&2 && exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+sdist=${SDIST:-$root/.xfer/vllm-tree/vllm-0.26.0.tar.gz}
+work=${WORK:-/root/vllm-tree}
+[ -f "$sdist" ] || { echo "vllm_tree.sh: $sdist did not travel: carry .xfer/vllm-tree" >&2 && exit 2; }
+# shellcheck source=/dev/null
+source "$here/env.sh"
+export HARNESS_PLATFORM=cuda
+cd "$root" || exit 2
+install_project
+mkdir -p "$OUT"
+timeout -s INT -k 20 "${BUDGET_S:-540}" python3 benchmarks/vllm_tree.py --work "$work" --sdist "$sdist" \
+  --version 0.26.0 --platform cuda --kv-cache-gib 0 2>&1 | tee "$OUT/vllm-tree.log"
+code=${PIPESTATUS[0]}
+cp "$work/vllm-tree-results.json" "$OUT/" 2> /dev/null
+for run in out-off out-on out-fixed; do
+  cp "$work/vllm-0.26.0/$run/report.json" "$OUT/$run-report.json" 2> /dev/null
+done
+exit "$code"
