@@ -47,8 +47,9 @@ def test_reuse_hands_on_clean_engines_where_they_fit(pytester, monkeypatch):
         ("changes_its_engine", vllm[1]["id"]),
     ]
     assert all(r["saved_s"] > 1 for r in merged.reuses)
+    changed = "its configuration changed while in use (no reset undoes that)"
     assert [(r["test"].removeprefix(name), r["runner"], r["reason"]) for r in merged.refusals] == [
-        ("changes_its_engine", vllm[1]["id"], "its configuration changed while in use (no reset undoes that)"),
+        ("changes_its_engine", vllm[1]["id"], changed),
         ("fresh", vllm[0]["id"], "the next test asked for a fresh engine (fresh_engine marker)"),
         ("fresh", vllm[2]["id"], "the next test asked for a fresh engine (fresh_engine marker)"),
         ("fresh", vllm[3]["id"], "the test asked for a fresh engine (fresh_engine marker)"),
