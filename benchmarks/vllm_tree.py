@@ -15,7 +15,9 @@ module-scoped engine per value (a parametrized module fixture). Runs, one after 
 - ``harness, reuse off`` and ``harness, reuse on`` (``HARNESS_REUSE=1``, no history: a first run);
 - ``hand-fixed``: ``harness run`` on the hand-fixed file, reuse off.
 
-Printed: outcomes per run and whether every test's outcome equals plain pytest's, vLLM starts against the
+``--runs on,fixed`` runs some of them (``plain``, ``off``, ``on``, ``fixed``) and reads the others from an
+earlier call's ``--work/vllm-tree-results.json``, so a short device call can take a part. Printed, once all
+four are there: outcomes per run and whether every test's outcome equals plain pytest's, vLLM starts against the
 distinct configurations per worker, ``harness compare`` of reuse off → on, and the wall with reuse against
 the hand-fixed file's (the goal: at most 1.1×). Exit 1 when outcomes differ or starts exceed configurations.
 """
@@ -51,6 +53,12 @@ paths = ["{NAIVE}"]
 paths = ["{FIXED}"]
 """
 LENGTHS = (128, 96)
+RUNS = {
+    "plain": "plain pytest",
+    "off": "harness, reuse off",
+    "on": "harness, reuse on",
+    "fixed": "hand-fixed",
+}
 
 # two of the three tests of vLLM's test_truncation_control.py (kept few: a start is ~30 s on 2 cores), over
 # two max_model_len values; {engine} opens or receives the engine, {length} is its max_model_len
@@ -130,7 +138,18 @@ def main() -> int:
     parser.add_argument("--kv-cache-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE; 0 unsets it")
     parser.add_argument("--platform", default="cpu", help="harness run --platform (default cpu)")
     parser.add_argument("--version", default=vllm_upstream.VERSION, help="the vLLM sdist whose tests run")
+    parser.add_argument(
+        "--runs",
+        type=lambda text: text.split(","),
+        default=list(RUNS),
+        help=f"which runs to run now, comma-separated (default all: {','.join(RUNS)}); the others are read "
+        "from an earlier call's --work",
+    )
     args = parser.parse_args()
+    if set(args.runs) - set(RUNS):
+        parser.error(
+            f"unknown runs {','.join(sorted(set(args.runs) - set(RUNS)))}; the runs: {','.join(RUNS)}"
+        )
     vllm_upstream.VERSION, vllm_upstream.SDIST = args.version, f"vllm-{args.version}.tar.gz"
     if args.fetch_only or args.work is None:
         if args.cache is None:
@@ -138,32 +157,42 @@ def main() -> int:
         print(vllm_upstream.fetch(args.cache.resolve()))
         return 0
     work = args.work.resolve()
-    sdist = args.sdist.resolve() if args.sdist else vllm_upstream.fetch((args.cache or work).resolve())
-    tree = vllm_upstream.extract(sdist, work)
-    write_files(tree)
-    vllm_upstream.hub_cache(work / "hf-home")
+    tree = work / f"vllm-{args.version}"
+    if not (tree / NAIVE).is_file():
+        sdist = args.sdist.resolve() if args.sdist else vllm_upstream.fetch((args.cache or work).resolve())
+        tree = vllm_upstream.extract(sdist, work)
+        write_files(tree)
+        vllm_upstream.hub_cache(work / "hf-home")
     env = {**os.environ, "HF_HOME": str(work / "hf-home"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     env.pop("HARNESS_REUSE", None)
     if args.kv_cache_gib:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
     harness = [sys.executable, "-m", "harness", "run", "--platform", args.platform]
-    runs = {
-        "plain pytest": ([sys.executable, "-m", "pytest", NAIVE, "--harness-ledger-dir=plain-ledger"], {}),
-        "harness, reuse off": ([*harness, "naive", "--out", "out-off"], {}),
-        "harness, reuse on": ([*harness, "naive", "--out", "out-on"], {"HARNESS_REUSE": "1"}),
-        "hand-fixed": ([*harness, "fixed", "--out", "out-fixed"], {}),
+    commands = {
+        "plain": [sys.executable, "-m", "pytest", NAIVE, "--harness-ledger-dir=plain-ledger"],
+        "off": [*harness, "naive", "--out", "out-off"],
+        "on": [*harness, "naive", "--out", "out-on"],
+        "fixed": [*harness, "fixed", "--out", "out-fixed"],
     }
-    results = {}
-    for name, (command, extra) in runs.items():
-        for directory in ("plain-ledger", "out-off", "out-on", "out-fixed"):
-            if directory in " ".join(command):
-                shutil.rmtree(tree / directory, ignore_errors=True)
+    saved = work / "vllm-tree-results.json"
+    results = json.loads(saved.read_text()) if saved.is_file() else {}
+    for key in args.runs:
+        name, command, extra = RUNS[key], commands[key], {"HARNESS_REUSE": "1"} if key == "on" else {}
+        directory = tree / command[-1].removeprefix("--harness-ledger-dir=")
+        shutil.rmtree(directory, ignore_errors=True)
         print(f"\n=== {name}: {' '.join(command)} {extra or ''}", flush=True)
         wall, code = vllm_upstream.timed(command, tree, {**env, **extra})
-        ledger_dir = tree / ("plain-ledger" if name == "plain pytest" else f"{command[-1]}/ledger")
+        ledger_dir = directory if key == "plain" else directory / "ledger"
         results[name] = {"wall_s": round(wall, 1), "exit": code, **figures(ledger_dir)}
-    (work / "vllm-tree-results.json").write_text(json.dumps(results, indent=1) + "\n")
+        saved.write_text(json.dumps(results, indent=1) + "\n")
+    if set(results) != set(RUNS.values()):
+        for name, result in results.items():
+            print(
+                f"{name}: vLLM starts {sum(result['starts'].values())}, wall {result['wall_s']:.1f} s, "
+                f"outcomes {dict(Counter(result['outcomes'].values()))}, refused {result['refused']}"
+            )
+        return 0
     compare = subprocess.run(
         [sys.executable, "-m", "harness", "compare", "out-off", "out-on"],
         cwd=tree,
