@@ -17,7 +17,7 @@ module-scoped engine per value (a parametrized module fixture). Runs, one after 
 
 ``--runs on,fixed`` runs some of them (``plain``, ``off``, ``on``, ``fixed``) and reads the others from an
 earlier call's ``--work/vllm-tree-results.json``, so a short device call can take a part. Printed, once all
-four are there: outcomes per run and whether every test's outcome equals plain pytest's, vLLM starts against the
+four are there: outcomes per run and whether each test's outcome equals plain pytest's, vLLM starts against
 distinct configurations per worker, ``harness compare`` of reuse off → on, and the wall with reuse against
 the hand-fixed file's (the goal: at most 1.1×). Exit 1 when outcomes differ or starts exceed configurations.
 """
