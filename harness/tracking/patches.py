@@ -43,9 +43,12 @@ def _patch_vllm(module) -> None:
     def __new__(klass, *args, **kwargs):
         """With reuse on, ``LLM(...)`` of a configuration the pool keeps warm is that warm LLM."""
         pool = current().pool
-        if pool is not None and klass is cls:
-            config, arguments, variables = vllm_configuration(original, (None, *args), kwargs)
-            engine = pool.take(fingerprint("vllm", config), arguments, variables)
+        if pool is not None and klass is cls and args + tuple(kwargs):  # copy/pickle pass none
+            try:
+                config, arguments, variables = vllm_configuration(original, (None, *args), kwargs)
+            except TypeError:  # arguments LLM itself refuses: its __init__ says so
+                config = None
+            engine = None if config is None else pool.take(fingerprint("vllm", config), arguments, variables)
             if engine is not None:
                 handed.add(engine)
                 return engine
