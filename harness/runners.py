@@ -25,7 +25,7 @@ from harness.memory.waits import settle
 from harness.platform import allocator
 from harness.tracking import patches, starts, vllm_engine
 from harness.tracking.context import current
-from harness.tracking.starts import fingerprint, normalise, starting
+from harness.tracking.starts import normalise, starting
 
 # vLLM's CPU backend reserves ``gpu_memory_utilization`` x NUMA node 0 at start and refuses to start when
 # that much is not free: its 0.92 default fails on a 24 GiB host whose node 0 holds 7.6 GiB, 0.3 works
@@ -88,12 +88,7 @@ class VllmRunner:
             dtype=dtype,
             enforce_eager=enforce_eager,
         )
-        # the ledger's fingerprint of this call (the instrumented LLM.__init__ keeps LLM's signature)
-        self.key = fingerprint("vllm", normalise(LLM.__init__, (None, model_name), kwargs))
-        pool = current().pool
-        self.fresh = pool is not None and pool.fresh
-        warm = pool.take(self.key) if pool is not None else None
-        self.llm = warm if warm is not None else LLM(model=model_name, **kwargs)
+        self.llm = LLM(model=model_name, **kwargs)  # with reuse on, a warm engine of this configuration
 
     def __enter__(self) -> VllmRunner:
         return self
@@ -102,40 +97,18 @@ class VllmRunner:
         self.close()
 
     def close(self) -> None:
-        """Park the engine in the reuse pool when reuse is on and it can be reset, else shut it down.
+        """Park the engine in the reuse pool when reuse is on and it can be reset, else shut it down and
+        give its memory back. On ROCm the shutdown waits ``shutdown_timeout_s`` (60 s) so the engine
+        process is not killed while the driver still reclaims VRAM; elsewhere vLLM's default.
 
         Closing twice is a no-op.
         """
         if self.llm is None:
             return
-        pool = current().pool
-        parked = pool is not None and pool.park(
-            self.key,
-            self.llm,
-            fresh=self.fresh,
-            reset=vllm_engine.reset,
-            state=vllm_engine.state,
-            shutdown=self._stop,
-            release=self._release,
-        )
-        if not parked:
-            self._stop(self.llm)
+        parked = vllm_engine.close(self.llm, self.settings.shutdown_timeout_s)
         self.llm = None
         if not parked:
-            self._release()
-
-    def _stop(self, llm) -> None:
-        """Shut the engine down. On ROCm this waits ``shutdown_timeout_s`` (60 s) so the engine process is
-        not killed while the driver still reclaims VRAM; elsewhere vLLM's default."""
-        llm.llm_engine.engine_core.shutdown(timeout=self.settings.shutdown_timeout_s)
-
-    def _release(self) -> None:
-        """Once the engine is dropped: collect, empty caches, clean vLLM's distributed state, settle."""
-        from vllm.distributed import cleanup_dist_env_and_memory
-
-        _free()
-        cleanup_dist_env_and_memory()
-        settle(self.platform, self.settings)
+            vllm_engine.release()
 
     def get_llm(self):
         return self.llm

@@ -42,7 +42,7 @@ class Settings(NamedTuple):
     workers_per_gpu: Workers = 1
     ledger_dir: str | None = None
     reuse: bool = False
-    reuse_engines: Annotated[int, Bounds(1, 64)] = 1  # warm engines a process keeps
+    reuse_engines: Annotated[int, Bounds(1, 64)] = 2  # warm engines a process keeps, while their shares fit
     reuse_hf: bool = False  # hand a loaded HF model on to the next identical load (harness.tracking.hf_reuse)
     freeze_collected: bool = True  # gc.freeze once collected (harness.pytest_plugin.frozen)
     cache_references: bool = True  # references kept across workers and runs (harness.references)

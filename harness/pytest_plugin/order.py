@@ -7,13 +7,18 @@ xdist sees one collection: within a run of sibling tests (one module or class, o
 parameter that is not the test's own ``parametrize``), tests are gathered behind the first test of their
 configuration. Tests never leave their module, class or fixture parameter, so no fixture of a wider scope
 is set up twice; with ``loadscope``/``loadfile`` a module stays on one worker, and so does each group.
-Without the variable the order is pytest's own.
+Without the variable and with reuse on (a first run: no history yet), the configuration that is evident
+before a test runs stands in: its own ``parametrize`` values (the arguments a naive test passes to
+``vllm_runner(...)``), so within the same bounds tests of the same values run one after another.
+Otherwise the order is pytest's own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Callable, Hashable
 from itertools import groupby
 from pathlib import Path
 
@@ -35,14 +40,38 @@ def load(path: str) -> dict[str, str]:
 
 def by_configuration(items: list[pytest.Item], configuration: dict[str, str]) -> list[pytest.Item]:
     """``items`` with each run of siblings gathered by configuration (first appearance first)."""
+    return _gathered(items, lambda item: configuration.get(item.nodeid))
+
+
+def by_parameters(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with each run of siblings gathered by the values of their own ``parametrize``."""
+    return _gathered(items, _own_values)
+
+
+def _gathered(items: list[pytest.Item], key: Callable[[pytest.Item], Hashable | None]) -> list[pytest.Item]:
     ordered: list[pytest.Item] = []
     for _, siblings in groupby(items, key=_context):
         groups: dict[object, list[pytest.Item]] = {}
         for item in siblings:
-            key = configuration.get(item.nodeid)
-            groups.setdefault(item if key is None else key, []).append(item)
+            found = key(item)
+            groups.setdefault(item if found is None else found, []).append(item)
         ordered += [item for group in groups.values() for item in group]
     return ordered
+
+
+def _own_values(item: pytest.Item) -> tuple | None:
+    """The test's own ``parametrize`` values by name, as text every xdist worker writes alike (no memory
+    addresses); None for a test without any."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    own = _own(item)
+    values = tuple((name, _text(value)) for name, value in sorted(callspec.params.items()) if name in own)
+    return values or None
+
+
+def _text(value: object) -> str:
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
 
 
 def _context(item: pytest.Item) -> tuple:
@@ -50,9 +79,13 @@ def _context(item: pytest.Item) -> tuple:
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return (item.parent.nodeid if item.parent else "",)
-    own = {name.strip() for mark in item.iter_markers("parametrize") for name in _argnames(mark)}
+    own = _own(item)
     shared = sorted((name, repr(value)) for name, value in callspec.params.items() if name not in own)
     return (item.parent.nodeid if item.parent else "", *shared)
+
+
+def _own(item: pytest.Item) -> set[str]:
+    return {name.strip() for mark in item.iter_markers("parametrize") for name in _argnames(mark)}
 
 
 def _argnames(mark: pytest.Mark) -> list[str]:
@@ -62,8 +95,7 @@ def _argnames(mark: pytest.Mark) -> list[str]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Registered by the entry point when ``HARNESS_CONFIGURATIONS`` names a file; after pytest's own
-    grouping of fixture parameters."""
+    """Registered by the entry point when ``HARNESS_CONFIGURATIONS`` names a file, and by the recorder when
+    reuse is on; after pytest's own grouping of fixture parameters."""
     path = os.environ.get(CONFIGURATIONS)
-    if path:
-        items[:] = by_configuration(items, load(path))
+    items[:] = by_configuration(items, load(path)) if path else by_parameters(items)

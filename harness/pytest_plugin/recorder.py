@@ -87,6 +87,10 @@ def _record(config: pytest.Config, here: Context) -> None:
 
         here.pool = reuse.Pool(writer, here.settings.reuse_engines)
         config.pluginmanager.register(Reuse(here.pool), "harness-reuse")
+        from harness.pytest_plugin import order
+
+        if not config.pluginmanager.is_registered(order):  # a first run: tests grouped by their parameters
+            config.pluginmanager.register(order, order.__name__)
     if here.settings.reuse_hf:
         from harness.pytest_plugin.reuse import ClearShelf
         from harness.tracking.hf_reuse import Shelf

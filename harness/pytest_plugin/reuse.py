@@ -18,7 +18,10 @@ class Reuse:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """Before the test's fixtures: they may build runners too."""
-        self.pool.fresh = item.get_closest_marker("fresh_engine") is not None
+        if item.get_closest_marker("fresh_engine") is not None:
+            self.pool.fresh_test(item.nodeid)
+        else:
+            self.pool.fresh = False
 
     def pytest_sessionfinish(self) -> None:
         """Warm engines are shut down (and their stops recorded) while the ledger is still open."""

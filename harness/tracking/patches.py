@@ -28,7 +28,8 @@ VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature c
 
 
 def _patch_vllm(module) -> None:
-    from harness.tracking.starts import normalise, starting  # when the suite imports vLLM, not before
+    # when the suite imports vLLM, not before
+    from harness.tracking.starts import fingerprint, learn, starting, vllm_configuration
     from harness.tracking.vllm_engine import state, watch_engine
 
     cls = module.LLM
@@ -37,11 +38,32 @@ def _patch_vllm(module) -> None:
         return
     parameter = inspect.signature(original).parameters.get("gpu_memory_utilization")
     default = VLLM_DEFAULT_UTILIZATION if parameter is None else parameter.default
+    handed: weakref.WeakSet = weakref.WeakSet()  # LLMs the pool handed on, whose __init__ runs next
+    previous_new = cls.__new__
+
+    def __new__(klass, *args, **kwargs):
+        """With reuse on, ``LLM(...)`` of a configuration the pool keeps warm is that warm LLM."""
+        pool = current().pool
+        if pool is not None and klass is cls and args + tuple(kwargs):  # copy/pickle pass none
+            try:
+                config, arguments, variables = vllm_configuration(original, (None, *args), kwargs)
+            except TypeError:  # arguments LLM itself refuses: its __init__ says so
+                config = None
+            engine = None if config is None else pool.take(fingerprint("vllm", config), arguments, variables)
+            if engine is not None:
+                handed.add(engine)
+                return engine
+        if previous_new is object.__new__:  # object's takes no arguments
+            return object.__new__(klass)
+        return previous_new(klass, *args, **kwargs)
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
         __tracebackhide__ = True
-        config = normalise(original, (self, *args), kwargs)
+        if self in handed:  # a warm engine handed on by __new__: already built
+            handed.discard(self)
+            return
+        config, arguments, variables = vllm_configuration(original, (self, *args), kwargs)
         fraction = float(config.get("gpu_memory_utilization", default))
         ranks = int(config.get("tensor_parallel_size", 1)) * int(config.get("pipeline_parallel_size", 1))
         devices = tuple(range(ranks))
@@ -52,12 +74,14 @@ def _patch_vllm(module) -> None:
             current().shelf.make_room(fraction)
         with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
             original(self, *args, **kwargs)
+        learn(variables)
         if run is not None:
             watch_engine(self, run)
         if pool is not None:
-            pool.track(self, run, state(self))
+            pool.track(self, run, state(self), fingerprint("vllm", config), arguments, variables)
 
     __init__.__harness__ = True  # type: ignore[attr-defined]
+    cls.__new__ = staticmethod(__new__)
     cls.__init__ = __init__
 
 

@@ -1,19 +1,21 @@
 """Engine reuse (opt-in, ``reuse = true``): a closed engine stays warm for the next start of its configuration
-(vLLM engines built by ``harness.runners.VllmRunner``).
+(every ``vllm.LLM``: the harness's ``VllmRunner`` and a suite's own runner that shuts its engine core down,
+as vLLM's ``tests/conftest.py`` does; ``tracking.vllm_engine`` parks it instead).
 
-Keyed by the configuration fingerprint the ledger records (``starts.fingerprint``), per process (an xdist
-worker keeps its own). A start of another configuration first shuts warm engines down until the new one
-fits: at most ``reuse_engines`` warm engines (default 1, so never two engines side by side) whose declared
+Keyed by the configuration fingerprint the ledger records (``starts.fingerprint``: the call's arguments and
+the ``VLLM_*`` environment), per process (an xdist worker keeps its own). A start of another configuration
+first shuts warm engines down until the new one fits: at most ``reuse_engines`` warm engines whose declared
 fractions leave room for the new one. A handed-on engine is written as ``runner-reused`` (the start it
-saved, with that start's measured seconds); an engine the owner could not reset is shut down and written
-as ``reuse-refused`` with the reason. Engines still warm when the session ends are shut down then.
+saved, with that start's measured seconds); an engine that may not be kept or handed on is written as
+``reuse-refused`` with the reason. Engines still warm when the session ends, or when a test marked
+``fresh_engine`` begins, are shut down then.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.ledger.writer import LedgerWriter
@@ -21,26 +23,36 @@ from harness.tracking.context import current
 from harness.tracking.starts import Run
 
 
+@dataclass(frozen=True)
+class Started:
+    """How an engine began: its run (None when not recorded), its state then (``state(engine)``), its
+    configuration ``key``, that configuration without its environment (``base``), that environment, and
+    whether its test opted out."""
+
+    run: Run | None
+    state: str
+    key: str = ""
+    base: str | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    fresh: bool = False
+
+
 @dataclass
 class Warm:
-    """One parked engine: what shuts it down, and the run that started it (for the ledger)."""
+    """One parked engine: what shuts it down, and how it began (for the ledger)."""
 
     engine: Any
-    run: Run | None
+    began: Started | None
     shutdown: Callable[[Any], None]  # stops the engine
     release: Callable[[], None]  # gives memory back once the engine is dropped
 
     @property
+    def run(self) -> Run | None:
+        return self.began.run if self.began is not None else None
+
+    @property
     def fraction(self) -> float | None:
         return self.run.need.fraction if self.run is not None else None
-
-
-@dataclass(frozen=True)
-class Started:
-    """How an engine began: its run (None when not recorded) and its state then (``state(engine)``)."""
-
-    run: Run | None
-    state: str
 
 
 class Pool:
@@ -52,14 +64,39 @@ class Pool:
         self.started: weakref.WeakKeyDictionary[Any, Started] = weakref.WeakKeyDictionary()
         self.fresh = False  # the running test carries the fresh_engine marker
 
-    def track(self, engine: Any, run: Run | None, state: str) -> None:
+    def track(
+        self,
+        engine: Any,
+        run: Run | None,
+        state: str,
+        key: str = "",
+        base: str | None = None,
+        environment: dict[str, str] | None = None,
+    ) -> None:
         """Remember how ``engine`` began (the instrumented constructor calls this)."""
-        self.started[engine] = Started(run, state)
+        self.started[engine] = Started(run, state, key, base, environment or {}, self.fresh)
 
-    def take(self, key: str) -> Any | None:
-        """The warm engine of configuration ``key``, handed on and recorded; None when there is none."""
-        warm = None if self.fresh else self.warm.pop(key, None)
+    def holds(self, engine: Any) -> bool:
+        return any(warm.engine is engine for warm in self.warm.values())
+
+    def drop(self, engine: Any) -> None:
+        """Forget a parked engine its owner stops after all (a second shutdown): it is not handed on."""
+        for key in [k for k, warm in self.warm.items() if warm.engine is engine]:
+            del self.warm[key]
+
+    def take(
+        self, key: str, base: str | None = None, environment: dict[str, str] | None = None
+    ) -> Any | None:
+        """The warm engine of configuration ``key``, handed on and recorded; None when there is none.
+
+        A warm engine of the same arguments (``base``) under another ``VLLM_*`` environment is not handed
+        on: the refusal names the variables that differ.
+        """
+        if self.fresh:
+            return None
+        warm = self.warm.pop(key, None)
         if warm is None:
+            self._refuse_other_environment(base, environment or {})
             return None
         context = current()
         owner = context.owner.current()
@@ -90,30 +127,55 @@ class Pool:
         state: Callable[[Any], str],
         shutdown: Callable[[Any], None],
         release: Callable[[], None],
+        refused: str | None = None,
     ) -> bool:
         """Keep ``engine`` warm after ``reset``; False (the caller shuts it down) when it cannot be.
 
         An engine whose state (``state(engine)``) differs from its state at start was changed by a test in
-        a way no reset undoes: it is refused, as is one an opted-out (``fresh``) runner started.
+        a way no reset undoes: it is refused, as is one an opted-out (``fresh``) test started or closes, and
+        one the caller already knows a reason against (``refused``).
         """
         began = self.started.get(engine)
-        run = began.run if began else None
-        reason = _refusal(engine, began, fresh, reset, state)
+        fresh = fresh or self.fresh or (began is not None and began.fresh)
+        reason = refused or _refusal(engine, began, fresh, reset, state)
         if reason is not None:
-            self.writer.write(
-                "reuse-refused",
-                runner=run.id if run else None,
-                fingerprint=key,
-                model=run.model if run else None,
-                test=current().owner.current().test,
-                reason=reason,
-            )
+            self._refused(key, began.run if began else None, reason)
             return False
         if key in self.warm:  # two runners of one configuration were alive at once: keep the later
             self._shut(key)
-        self.warm[key] = Warm(engine, run, shutdown, release)
+        self.warm[key] = Warm(engine, began, shutdown, release)
         self.make_room(None, keep=self.capacity)
         return True
+
+    def fresh_test(self, test: str) -> None:
+        """A test marked ``fresh_engine`` begins: every warm engine is shut down, each with the reason."""
+        self.fresh = True
+        while self.warm:
+            key = next(iter(self.warm))
+            reason = "the next test asked for a fresh engine (fresh_engine marker)"
+            self._refused(key, self.warm[key].run, reason, test=test)
+            self._shut(key)
+
+    def _refuse_other_environment(self, base: str | None, environment: dict[str, str]) -> None:
+        for key, warm in self.warm.items():
+            if base is None or warm.began is None or warm.began.base != base:
+                continue
+            started = warm.began.environment
+            names = sorted(
+                n for n in started.keys() | environment.keys() if started.get(n) != environment.get(n)
+            )
+            differ = ", ".join(f"{n}={started.get(n)!r} -> {environment.get(n)!r}" for n in names)
+            self._refused(key, warm.run, f"the VLLM_* environment differs from its start's ({differ})")
+
+    def _refused(self, key: str, run: Run | None, reason: str, test: str | None = None) -> None:
+        self.writer.write(
+            "reuse-refused",
+            runner=run.id if run else None,
+            fingerprint=key,
+            model=run.model if run else None,
+            test=test or current().owner.current().test,
+            reason=reason,
+        )
 
     def make_room(self, fraction: float | None, keep: int | None = None) -> None:
         """Before a start no warm engine serves: shut warm engines down, oldest first, until at most ``keep``

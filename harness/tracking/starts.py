@@ -91,6 +91,40 @@ def fingerprint(kind: str, config: dict) -> str:
     return hashlib.sha256(json.dumps([kind, config], sort_keys=True).encode()).hexdigest()[:12]
 
 
+_set_by_vllm: dict[str, str] = {}  # VLLM_* variables vLLM set itself while building an engine, and to what
+
+
+def environment() -> dict[str, str]:
+    """This process's ``VLLM_*`` variables: vLLM reads them while it builds an engine (its engine process
+    inherits them), so they are as much a vLLM start's configuration as its arguments. Those vLLM set
+    itself (``learn``) are left out while they keep the value it gave them: the next start of the same
+    configuration finds them set, and must still match."""
+    return {
+        name: value
+        for name, value in sorted(os.environ.items())
+        if name.startswith("VLLM_") and _set_by_vllm.get(name) != value
+    }
+
+
+def learn(before: dict[str, str]) -> None:
+    """After vLLM built an engine: the variables set or changed since ``before`` (its ``environment()``)
+    are vLLM's own (it forces ``VLLM_WORKER_MULTIPROC_METHOD=spawn``, for one), not the suite's."""
+    for name, value in environment().items():
+        if before.get(name) != value:
+            _set_by_vllm[name] = value
+
+
+def vllm_configuration(function, args: tuple, kwargs: dict) -> tuple[dict, str, dict[str, str]]:
+    """A ``vllm.LLM`` call's configuration (``normalise``, plus ``environment`` when any is set), the
+    fingerprint of its arguments alone, and the environment."""
+    config = normalise(function, args, kwargs)
+    arguments = fingerprint("vllm", config)
+    variables = environment()
+    if variables:
+        config["environment"] = variables
+    return config, arguments, variables
+
+
 def _children() -> set[int]:
     """This process's descendants: a vLLM engine core (and its workers) are started as children."""
     import psutil  # only where a runner starts: most sessions never pay its import

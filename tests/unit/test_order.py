@@ -37,14 +37,66 @@ def test_e(): pass
 """
 
 
-def _order(pytester, monkeypatch, configurations: dict | None) -> list[str]:
-    pytester.makepyfile(test_s=SUITE)
+def _order(
+    pytester, monkeypatch, configurations: dict | None, *options: str, suite: str = SUITE
+) -> list[str]:
+    pytester.makepyfile(test_s=suite)
     if configurations is not None:
         path = pytester.path / "configurations.json"
         path.write_text(json.dumps({f"test_s.py::{k}": v for k, v in configurations.items()}))
         monkeypatch.setenv("HARNESS_CONFIGURATIONS", str(path))
-    result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider", *options)
     return [line.removeprefix("test_s.py::") for line in result.outlines if line.startswith("test_s.py::")]
+
+
+# a naive file: every test starts its own engine of the configuration its parameters name
+NAIVE = """
+import pytest
+
+class Engine:
+    def __init__(self, length):
+        self.length = length
+    def __repr__(self):
+        return f"<Engine {self.length} at 0x{id(self):x}>"
+
+CONFIGS = [Engine(64), Engine(128)]
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_embed(config): pass
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_score(config): pass
+
+def test_plain(): pass
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("n", [1, 2])
+def test_both(config, n): pass
+
+class TestK:
+    @pytest.mark.parametrize("config", CONFIGS)
+    def test_x(self, config): pass
+    @pytest.mark.parametrize("config", CONFIGS)
+    def test_y(self, config): pass
+"""
+
+
+def test_a_first_run_with_reuse_gathers_tests_of_the_same_parameters(pytester, monkeypatch):
+    """No history: with reuse on, the configuration evident before a test runs (its own parametrize
+    values) gathers it behind the first test of those values, never out of its module or class."""
+    monkeypatch.delenv("HARNESS_CONFIGURATIONS", raising=False)
+    assert _order(pytester, monkeypatch, None, "--harness-reuse", suite=NAIVE) == [
+        "test_embed[config0]", "test_score[config0]",
+        "test_embed[config1]", "test_score[config1]",
+        "test_plain", "test_both[1-config0]", "test_both[1-config1]", "test_both[2-config0]",
+        "test_both[2-config1]",
+        "TestK::test_x[config0]", "TestK::test_y[config0]",
+        "TestK::test_x[config1]", "TestK::test_y[config1]",
+    ]  # fmt: skip
+    # without reuse nothing is gained by moving tests: pytest's own order
+    assert _order(pytester, monkeypatch, None, suite=NAIVE)[:4] == [
+        "test_embed[config0]", "test_embed[config1]", "test_score[config0]", "test_score[config1]",
+    ]  # fmt: skip
 
 
 def test_without_history_the_order_is_pytests(pytester, monkeypatch):

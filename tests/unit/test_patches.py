@@ -42,6 +42,9 @@ class LLMEngine:
         self.engine_core = EngineCoreClient()
 """
 LLM = """
+import types
+
+
 class LLM:
     def __init__(self, model, *, gpu_memory_utilization=0.92, tensor_parallel_size=1, **kwargs):
         self.model = model
@@ -104,6 +107,85 @@ def test_the_import_hook_wraps_the_stub_llm_and_records_its_explicit_stop(run_wi
     assert (record["kind"], record["model"], record["outcome"]) == ("vllm", "org/model", "started")
     assert record["test"] == "test_suite.py::test_engine" and record["stop"] is not None
     assert not_tracked(merged) == []
+
+
+# vLLM's engine shape as reset and state read it, its client a multiprocess one
+REUSABLE = """self.llm_engine = LLMEngine()
+        self.llm_engine.engine_core.__class__ = type("SyncMPClient", (EngineCoreClient,), {})
+        self.llm_engine.vllm_config = types.SimpleNamespace(
+            model_config=types.SimpleNamespace(enable_sleep_mode=False),
+            lora_config=None,
+            cache_config=types.SimpleNamespace(enable_prefix_caching=False),
+        )"""
+
+# a runner shaped like vLLM's conftest's: its __exit__ shuts the engine core down and drops the LLM
+OWN_RUNNER = """
+    import copy
+
+    import pytest
+
+    CLIENTS = []
+
+
+    class Runner:
+        def __init__(self, model, **kwargs):
+            from vllm import LLM
+
+            self.llm = LLM(model, **kwargs)
+            CLIENTS.append(self.llm.llm_engine.engine_core)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            self.llm.llm_engine.engine_core.shutdown()
+            del self.llm
+
+
+    @pytest.mark.parametrize("share", [0.3, 0.4])
+    def test_first(share):
+        with Runner("org/model", gpu_memory_utilization=share) as runner:
+            copy.copy(runner.llm)  # copy and pickle call LLM.__new__ without arguments
+
+
+    @pytest.mark.parametrize("share", [0.3, 0.4])
+    def test_again(share):
+        with Runner("org/model", gpu_memory_utilization=share):
+            pass
+        assert CLIENTS[-1] is CLIENTS[-2]  # test_first's of its share, run just before (grouped)
+        assert not any(client.stopped for client in CLIENTS)  # parked, not shut down
+    """
+
+
+def test_an_engine_a_suites_own_runner_shuts_down_is_parked_and_handed_on(run_with_stub, monkeypatch):
+    monkeypatch.setenv("HARNESS_REUSE", "1")
+    result, merged = run_with_stub(OWN_RUNNER, engine=REUSABLE)
+    result.assert_outcomes(passed=4)
+    # first run, no history: test_first[0.3] and test_again[0.3] run together, then the 0.4 pair
+    assert [r["test"].removeprefix("test_suite.py::") for r in merged.records] == [
+        "test_first[0.3]",
+        "test_first[0.4]",
+    ]
+    assert all(r["stop"] is not None for r in merged.records)  # shut down at the session's end
+    assert [r["test"].removeprefix("test_suite.py::") for r in merged.reuses] == [
+        "test_again[0.3]",
+        "test_again[0.4]",
+    ]
+    assert merged.refusals == [] and not_tracked(merged) == []
+
+
+def test_an_engine_in_this_process_is_not_parked_and_the_ledger_says_why(run_with_stub, monkeypatch):
+    monkeypatch.setenv("HARNESS_REUSE", "1")
+    engine = REUSABLE.replace('"SyncMPClient"', '"InprocClient"')
+    suite = OWN_RUNNER.replace("CLIENTS[-1] is CLIENTS[-2]", "CLIENTS[-1] is not CLIENTS[-2]").replace(
+        "assert not any(client.stopped for client in CLIENTS)", "assert all(c.stopped for c in CLIENTS)"
+    )
+    result, merged = run_with_stub(suite, engine=engine)
+    result.assert_outcomes(passed=4)
+    assert len(merged.records) == 4 and merged.reuses == []
+    assert {r["reason"] for r in merged.refusals} == {
+        "its engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): cleanup would end it"
+    }
 
 
 def test_missing_engine_internals_fall_back_to_the_llms_lifetime(run_with_stub):

@@ -132,6 +132,46 @@ def test_the_fresh_engine_marker_gets_a_new_engine_and_leaves_nothing_warm(world
     assert "fresh_engine" in ledger.read(directory).refusals[0]["reason"]
 
 
+def test_a_warm_engine_is_not_handed_to_a_start_under_another_vllm_environment(world):
+    pool, alive, start, close, directory = world
+    engine = Engine("A", alive)
+    pool.track(engine, _Run(0.3), state(engine), "A-1", "A", {"VLLM_USE_V2_MODEL_RUNNER": "1"})
+    close("A-1", engine)
+    assert pool.take("A-0", "A", {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_X": "y"}) is None
+    assert pool.take("B", "B", {}) is None  # another configuration altogether: nothing to say
+    [refusal] = ledger.read(directory).refusals
+    assert refusal["runner"] == "main-1" and refusal["fingerprint"] == "A-1"
+    assert refusal["reason"] == (
+        "the VLLM_* environment differs from its start's "
+        "(VLLM_USE_V2_MODEL_RUNNER='1' -> '0', VLLM_X=None -> 'y')"
+    )
+    assert pool.take("A-1", "A", {"VLLM_USE_V2_MODEL_RUNNER": "1"}) is engine
+
+
+def test_a_fresh_engine_test_shuts_every_warm_engine_down_and_says_why(world):
+    pool, alive, start, close, directory = world
+    a = start("A")
+    close("A", a)
+    pool.fresh_test("test_x.py::test_fresh")
+    assert not alive and not pool.warm
+    fresh = start("A")
+    close("A", fresh)  # started under the marker: refused although the pool's flag is read, not passed
+    assert not alive
+    assert [(r["test"], r["reason"]) for r in ledger.read(directory).refusals] == [
+        ("test_x.py::test_fresh", "the next test asked for a fresh engine (fresh_engine marker)"),
+        ("test_x.py::test_one", "the test asked for a fresh engine (fresh_engine marker)"),
+    ]
+
+
+def test_an_engine_its_owner_stops_again_while_parked_is_not_handed_on(world):
+    pool, alive, start, close, _ = world
+    engine = start("A")
+    close("A", engine)
+    pool.drop(engine)
+    alive.discard(engine)  # what its owner's second shutdown does
+    assert not pool.holds(engine) and start("A") is not engine
+
+
 def test_more_warm_engines_only_when_configured_and_their_fractions_fit(tmp_path):
     alive: set[Engine] = set()
     pool = Pool(LedgerWriter(tmp_path, worker="main"), capacity=3)
