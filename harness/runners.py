@@ -28,8 +28,8 @@ from harness.tracking.context import current
 from harness.tracking.starts import normalise, starting
 
 # vLLM's CPU backend reserves ``gpu_memory_utilization`` x NUMA node 0 at start and refuses to start when
-# that much is not free: its 0.92 default fails on a 24 GiB host whose node 0 holds 7.6 GiB, 0.3 works
-# (measured on a 2-core, 24 GiB machine; docs/measurements.md). GPU platforms keep vLLM's own default.
+# that much is not free: its 0.92 default fails on a host whose node 0 holds a small part of its memory,
+# 0.3 works (docs/adoption.md). GPU platforms keep vLLM's own default.
 GPU_MEMORY_UTILIZATION = {"cpu": 0.3}
 
 

@@ -1,9 +1,9 @@
 """Reference computations in a child process, so the test process stays free of CUDA.
 
 vLLM starts its engine process with ``fork``, unless CUDA is already initialised in the calling process:
-then it must ``spawn``, and the engine process imports torch and vLLM again. On the H200 that made engine
-starts 22-26 s inside the pooling suite, whose HF reference had touched CUDA first, against 5-7 s in a
-plain script. ``in_child`` runs such a reference in a spawned child, recorded in this process's ledger as
+then it must ``spawn``, and the engine process imports torch and vLLM again: on the H200 that made engine
+starts inside the pooling suite several times slower than in a plain script (docs/validation.md).
+``in_child`` runs such a reference in a spawned child, recorded in this process's ledger as
 this test's (or fixture's), and returns its result; on the CPU platform, where there is no CUDA to keep
 out, it runs in this process.
 """

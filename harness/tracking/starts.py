@@ -139,7 +139,7 @@ class Run:
     level at the start (an HF model), plus what the processes that appeared during its start use (a vLLM
     engine core), per process as NVML or amdsmi count it. The growth of this process's CUDA context
     (created at the first CUDA call, grown by library handles and kernels loaded on first use) is in
-    neither: on the H200 it read as 1.03 and 0.70 GiB "not released" after clean HF stops.
+    neither: on the H200 it read as "not released" after clean HF stops (docs/memory.md).
     """
 
     def __init__(self, writer: LedgerWriter, kind: str, model: str, devices: tuple[int, ...], need, declared):
