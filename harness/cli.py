@@ -23,7 +23,8 @@ RUN_EXIT_CODES = """exit codes:
   1        tests failed: a failed or errored test, a collection error, a crashed test worker
   2        bad input: settings, arguments, paths (one line on stderr says which)
   3        a phase stopped at its timeout
-  4        harness fault: an internal error, pytest's INTERNALERROR, a phase that could not start
+  4        harness fault: an internal error, pytest's INTERNALERROR, a phase that could not start,
+           a report the disk could not take
   128+N    stopped by signal N (after the report is written)
 """
 COMPARE_EXIT_CODES = """exit codes:
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         return importlib.import_module(args.module).main(args)
     except HarnessError as error:
         _print_error(str(error))
-        return BAD_INPUT
+        return error.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -1,8 +1,17 @@
-"""Errors a user can act on. The CLI prints ``str(error)`` as one line and exits 2; never a traceback."""
+"""Errors a user can act on. The CLI prints ``str(error)`` as one line and exits with the error's
+``exit_code`` (2, bad input; 4 where the machine failed the run); never a traceback."""
 
 
 class HarnessError(Exception):
     """A problem with the user's input or machine, stated in one line."""
+
+    exit_code = 2
+
+
+class InfrastructureError(HarnessError):
+    """The machine, not the input, failed the run (a full disk): a harness fault to CI, not bad input."""
+
+    exit_code = 4
 
 
 class ConfigError(HarnessError):

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness.errors import InfrastructureError
 from harness.ledger.redaction import Redactor
 from harness.report import html, junit, summary, timeline
 from harness.report.build import build
@@ -57,7 +57,7 @@ def finalize(
         for name, content in files.items():
             write_atomic(run_dir / name, content)
     except OSError as error:  # a full disk, a directory made read-only meanwhile
-        raise HarnessError(f"{run_dir}: cannot write the report ({error.strerror or error})") from None
+        raise InfrastructureError(f"{run_dir}: cannot write the report ({error.strerror or error})") from None
     if publish:
         publish_summary(text, report, env)
     return report

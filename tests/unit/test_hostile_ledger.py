@@ -81,11 +81,12 @@ sys.exit(subprocess.run([sys.executable, "-m", "harness", "report", small + "/ru
 
 def test_a_report_on_a_full_disk_is_one_line_not_a_traceback(tmp_path):
     """``harness report`` into a run directory on a full 64 KiB tmpfs: one ``harness: error:`` line naming
-    the directory and the disk's error, exit 2, the old report files intact or absent."""
+    the directory and the disk's error, exit 4 (the machine failed the run: not bad input, not failed
+    tests), the old report files intact or absent."""
     run = Run(tmp_path / "source").phase("default", 0, 10)
     run.worker("default").test("tests/t.py::test_a", t=1)
     done = _on_a_full_disk(tmp_path, REPORT_ON_A_FULL_DISK, str(tmp_path / "small"), str(tmp_path / "source"))
-    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.returncode == 4, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     [line] = done.stderr.splitlines()
     assert line.startswith("harness: error: ") and "cannot write the report (No space left on device)" in line
