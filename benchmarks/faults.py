@@ -16,8 +16,10 @@ phase that runs serially, with ``-n 2 --dist loadscope`` or with ``-n 2 --dist l
 - ``concurrent``: a second ``harness run`` into the same directory while the first runs the test;
 - ``kill in report``: ``harness run`` gets SIGKILL as it writes the report; ``harness report DIR`` then;
 - ``kill -9 run``: ``harness run`` gets SIGKILL while the test hangs, after the test started a child in a
-  session of its own; ``harness report DIR`` then. (A full disk is not a cell yet: it needs the ledger's
-  error path for ENOSPC, which issue 35's ledger work builds.)
+  session of its own; ``harness report DIR`` then;
+- ``full disk``: the run directory is a 1 MiB tmpfs of its own (``unshare -m``, as root) and the test fills
+  it; the run must end with one ``harness: error:`` line and exit 4 (no SIGBUS, no traceback), and once
+  the space is freed ``harness report DIR`` must report what was written before.
 
 Columns: ``accounted`` (every collected test has a result, or is named in an ``unaccounted`` finding when
 the phase was stopped, and the faulty test is an ``error`` saying how it died), ``exit`` (got/expected),
@@ -58,11 +60,23 @@ FAULTS = {
     # a child in a session of its own (as an engine launcher may start one), then a hang
     "kill -9 run": "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
     "start_new_session=True); time.sleep(600)",
+    "full disk": "_fill('disk/filler')",
 }
 EXIT = {"os._exit": 1, "SIGKILL": 1, "thread timeout": 1, "signal timeout": 1, "phase hang": 3,
-        "SIGTERM run": 143, "concurrent": 0, "kill in report": 0, "kill -9 run": 137}  # fmt: skip
+        "SIGTERM run": 143, "concurrent": 0, "kill in report": 0, "kill -9 run": 137,
+        "full disk": 4}  # fmt: skip
 FAULT_FILE = """
 import os, signal, subprocess, sys, time
+
+def _fill(path):  # the disk under the run directory, filled as a runaway log would fill it
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(descriptor, bytes(65536)):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 def test_before():
     pass
@@ -127,6 +141,38 @@ def harness(root: Path, env: dict, *args: str) -> subprocess.Popen:
     )
 
 
+# the run directory on a 1 MiB tmpfs of a mount namespace of its own; after the run, the space is freed,
+# `harness report` rewrites the report, and the directory is copied out before the namespace goes
+SMALL_DISK = (
+    'mount -t tmpfs -o size=1m tmpfs disk && "$0" -m harness run faults --platform cpu --out disk; code=$?; '
+    'rm -f disk/filler; "$0" -m harness report disk > /dev/null; cp -r disk out; exit $code'
+)
+
+
+def on_a_small_disk(root: Path, env: dict) -> subprocess.Popen:
+    (root / "disk").mkdir()
+    return subprocess.Popen(
+        ["unshare", "-m", "sh", "-c", SMALL_DISK, sys.executable],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def full_disk(root: Path, stderr: str) -> dict:
+    """The full-disk cell: one error line naming the disk, no traceback, and the report written once the
+    space is back holds the test before the fault."""
+    path = root / "out" / "report.json"
+    tests = {t["nodeid"]: t for t in json.loads(path.read_text())["tests"]} if path.exists() else {}
+    said = [line for line in stderr.splitlines() if line.startswith("harness: error:")]
+    before = tests.get("tests/test_fault.py::test_before", {}).get("outcome") == "passed"
+    accounted = before and "Traceback" not in stderr and any("No space left" in line for line in said)
+    note = f"{len(said)} error line(s): {said[-1][:80] if said else stderr[-160:]!r}"
+    return {"accounted": accounted, "ledger": _whole(root / "out" / "ledger"), "note": note, "collected": 6}
+
+
 def started(root: Path, nodeid: str, timeout: float = 60.0) -> bool:
     """Wait until some worker is running ``nodeid``, as its ledger says."""
     deadline = time.monotonic() + timeout
@@ -145,7 +191,7 @@ def run_cell(mode: str, fault: str) -> dict:
     tag = f"{mode}-{fault}-{os.getpid()}-{time.monotonic_ns()}"
     env = environment(tag)
     args = ("run", "faults", "--platform", "cpu", "--out", "out")
-    first = harness(root, env, *args)
+    first = on_a_small_disk(root, env) if fault == "full disk" else harness(root, env, *args)
     code, extra = None, ""
     if fault == "SIGTERM run":
         started(root, "test_fault.py::test_fault")
@@ -182,7 +228,7 @@ def run_cell(mode: str, fault: str) -> dict:
         code = first.returncode
     time.sleep(2.0)
     orphans = [p.pid for p in psutil.process_iter() if _tagged(p, tag)]
-    checked = check(root, fault)
+    checked = full_disk(root, stderr) if fault == "full disk" else check(root, fault)
     if fault == "concurrent":
         checked["accounted"] = checked["accounted"] and extra_ok
     return {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,16 @@ _MODULES = {
     "nvidia": ("HARNESS_NVML_MODULE", "tests.fakes.pynvml"),
     "amd": ("HARNESS_AMDSMI_MODULE", "tests.fakes.amdsmi"),
 }
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """This session's temporary folders out of pytest's numbered ones. Many tests here run pytest in a
+    subprocess; each such run makes a numbered folder and deletes all but the newest three, so under xdist
+    a long session's own folder (and a running test's ``tmp_path``) went with them. xdist's workers get
+    theirs from the controller's."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = str(Path(tempfile.gettempdir()) / f"harness-tests-{os.getuid()}")
 
 
 @pytest.fixture

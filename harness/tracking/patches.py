@@ -345,6 +345,11 @@ def _names(source: Path) -> set[str]:
 _hook = _PostImport()
 
 
+def installed() -> bool:
+    """Whether the import hook is in place (a module wrapped twice would record each start twice)."""
+    return _hook in sys.meta_path
+
+
 def install() -> importlib.abc.MetaPathFinder:
     """Instrument foreign runners: now for modules already imported, at first import for the rest.
     Returns the import hook."""

@@ -31,6 +31,8 @@ class _FirstRunnerImport(importlib.abc.MetaPathFinder):
         sys.meta_path.remove(self)
         from harness.tracking import patches
 
+        if patches.installed():  # a session's hook asks the other finders itself (this one among them)
+            return None
         return patches.install().find_spec(name, path, target)
 
 

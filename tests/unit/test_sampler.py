@@ -23,23 +23,23 @@ from tests.unit.runner_suites.fake_runner import FakeRunner
 
 def test_engine_and_a_tensor_outside_any_runner():
     with FakeRunner("e5", gpu_memory_utilization=0.25):
-        time.sleep(0.4)
+        time.sleep(0.8)
     path = Path(os.environ["FAKE_GPUS_FILE"])
     gpus = json.loads(path.read_text())
     gpus[0]["used"] += 30 * 2**30  # memory no runner event reads: only the sampler sees it
     path.write_text(json.dumps(gpus))
-    time.sleep(0.4)
+    time.sleep(0.8)
 """
 
 
 def test_samples_reach_the_ledger_report_and_timeline(pytester, monkeypatch, fake_gpus):
     fake_gpus([gpu(0, total=80 * GIB, used=GIB)])
-    monkeypatch.setenv("HARNESS_MEMORY_SAMPLE_S", "0.05")
+    monkeypatch.setenv("HARNESS_MEMORY_SAMPLE_S", "0.1")  # the shortest interval the settings take
     result, run_dir = run_suite(pytester, monkeypatch, {"test_sampled": SUITE})
     result.assert_outcomes(passed=1)
     report = finalize(run_dir, env=dict(os.environ), publish=False)
     used = [sample["used"][gpu(0)["uuid"]] for sample in report["samples"]]
-    assert len(used) >= 10
+    assert len(used) >= 8
     assert max(used) == 31 * GIB  # the write outside runners (the first sample is one interval in)
     assert [s["t"] for s in report["samples"]] == sorted(s["t"] for s in report["samples"])
     [memory] = [
