@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -10,14 +11,27 @@ import tempfile
 from pathlib import Path
 from typing import cast
 
-from harness.errors import ReportError
+from harness.errors import InfrastructureError, ReportError
 from harness.report.schema import REQUIRED, VERSION, Report
 
 MAX_BYTES = 256 * 2**20  # a report or phases file larger than this is not one the harness wrote
 
 
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit
+
+
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and ``os.replace``: a kill leaves old or new."""
+    """Write via a temporary file in the same directory and ``os.replace``: a kill leaves old or new. A full
+    disk is the machine's fault, said in one line (``InfrastructureError``): not bad input, no traceback."""
+    try:
+        _write_atomic(path, text)
+    except OSError as error:
+        if error.errno in FULL:
+            raise InfrastructureError(f"{path}: cannot write it ({error.strerror})") from None
+        raise
+
+
+def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -89,4 +89,7 @@ def test_a_report_on_a_full_disk_is_one_line_not_a_traceback(tmp_path):
     assert done.returncode == 4, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     [line] = done.stderr.splitlines()
-    assert line.startswith("harness: error: ") and "cannot write the report (No space left on device)" in line
+    assert (
+        line.startswith("harness: error: ")
+        and "report.json: cannot write it (No space left on device)" in line
+    )
