@@ -34,7 +34,9 @@ def pytest_configure(config: pytest.Config) -> None:
     a long session's own folder (and a running test's ``tmp_path``) went with them. xdist's workers get
     theirs from the controller's."""
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
-        config.option.basetemp = str(Path(tempfile.gettempdir()) / f"harness-tests-{os.getuid()}")
+        # a folder of this session's alone: pytest empties a given basetemp, so a shared one would be
+        # emptied under a session running beside it
+        config.option.basetemp = tempfile.mkdtemp(prefix="harness-tests-")
 
 
 @pytest.fixture
