@@ -16,7 +16,6 @@ import importlib.abc
 import importlib.util
 import inspect
 import sys
-import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -135,16 +134,7 @@ def _served(vllm_config) -> tuple[str, dict, float, int]:
 def _watch_shutdown(engine, run) -> None:
     """Record the stop at the engine's own ``shutdown`` (``vllm serve`` calls it on its way out), or when
     the engine is collected."""
-    original = engine.shutdown
-
-    def shutdown(*args, **kwargs):
-        began = time.monotonic()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            run.stop(began)
-
-    engine.shutdown = shutdown
+    engine.shutdown = run.stopping(engine.shutdown)
     run.watch(engine)
 
 

@@ -17,7 +17,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from harness.errors import HarnessError, RunnerBlocked
@@ -202,6 +202,19 @@ class Run:
             "runner-stopped", id=self.id, teardown_s=round(time.monotonic() - began, 3), mem_after_stop=after
         )
         context.stopped(self)
+
+    def stopping(self, stop: Callable[..., Any]) -> Callable[..., Any]:
+        """``stop`` (a runner's own shutdown) that records this run's stop, timed from its call, however
+        it ends."""
+
+        def recorded(*args, **kwargs):
+            began = time.monotonic()
+            try:
+                return stop(*args, **kwargs)
+            finally:
+                self.stop(began)
+
+        return recorded
 
     def kept(self) -> dict[str, int]:
         """Bytes per device (by UUID) the runner still holds."""

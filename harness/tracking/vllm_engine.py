@@ -7,7 +7,6 @@ import functools
 import gc
 import os
 import threading
-import time
 import weakref
 from collections.abc import Callable
 
@@ -31,13 +30,6 @@ def watch_engine(llm, run: Run) -> None:
     user's ``LLM(...)`` has already built a working engine and must not raise here.
     """
 
-    def stop(*args, **kwargs):
-        began = time.monotonic()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            run.stop(began)
-
     reference = weakref.ref(llm)
 
     def shutdown(*args, **kwargs):
@@ -48,7 +40,7 @@ def watch_engine(llm, run: Run) -> None:
 
     try:
         client = llm.llm_engine.engine_core
-        original = client.shutdown
+        stop = run.stopping(client.shutdown)
         client.shutdown = shutdown
     except AttributeError as error:
         run.watch(llm)
