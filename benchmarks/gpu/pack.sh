@@ -33,7 +33,7 @@ more_platforms=(--platform manylinux_2_24_x86_64 --platform manylinux_2_27_x86_6
   --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64
   --platform manylinux1_x86_64)
 tools=(nox argcomplete colorlog dependency-groups distlib platformdirs python-discovery virtualenv
-  pytest-xdist pytest-timeout execnet)
+  pytest-xdist pytest-timeout execnet tblib)  # tblib: vLLM 0.26.0's conftest imports it
 
 stash=$(mktemp -d)
 trap 'rm -rf "$stash"' EXIT

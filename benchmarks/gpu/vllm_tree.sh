@@ -9,7 +9,7 @@
 #   PARTS=plain,off benchmarks/gpu/vllm_tree.sh                                          ~4-5 min
 #   PARTS=on,fixed  benchmarks/gpu/vllm_tree.sh                                          ~3-4 min
 # (PARTS unset: all four in one call, ~7-9 min.) Into $OUT: vllm-tree.log (the runs; the table once all four
-# ran), vllm-tree-results.json, and each harness run's report.json.
+# ran), vllm-tree-results.json, and each harness run's report (reports/<run>-<n>.json).
 set -uo pipefail
 [ -n "${OUT:-}" ] || { echo "vllm_tree.sh: OUT is not set (the device call's output folder)" >&2 && exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,7 +28,5 @@ timeout -s INT -k 20 "${BUDGET_S:-540}" python3 benchmarks/vllm_tree.py --work "
   tee "$OUT/vllm-tree.log"
 code=${PIPESTATUS[0]}
 cp "$work/vllm-tree-results.json" "$OUT/" 2> /dev/null
-for run in out-off out-on out-fixed; do
-  cp "$work/vllm-0.26.0/$run/report.json" "$OUT/$run-report.json" 2> /dev/null
-done
+cp -r "$work/reports" "$OUT/" 2> /dev/null
 exit "$code"
