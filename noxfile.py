@@ -5,8 +5,10 @@
 # lists every session for CI generators; ``cpu_vllm_upstream`` (it downloads vLLM's sdist) runs only by
 # name. Arguments after ``--`` go to pytest.
 #
-# Venvs are pip-based (pip on the CPU machines is configured for the local CPU torch wheels; uv is not)
-# and reused: ``-N`` rebuilds them, ``-R`` also skips the installs, ``--install-only`` only installs.
+# Venvs are made and filled by uv where it is installed (``pip install 'nox[uv]'``: the CPU stack in
+# seconds instead of minutes), by venv and pip otherwise; uv is handed the wheel folders and indexes pip is
+# given through its environment. They are reused: ``-N`` rebuilds them, ``-R`` also skips the installs,
+# ``--install-only`` only installs.
 # With ``--no-venv`` a session installs nothing and runs in the current environment, as GPU CI does in a
 # prebuilt image.
 #
@@ -32,7 +34,7 @@ import tomllib
 
 import nox
 
-nox.options.default_venv_backend = "venv"
+nox.options.default_venv_backend = "uv|venv"
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_venv = "yes"
 nox.needs_version = ">=2024.10"
@@ -54,9 +56,38 @@ def _installs(session: nox.Session) -> bool:
     return session.venv_backend != "none"
 
 
+# pip's environment variables for where packages come from, and uv's option for each
+PIP_SOURCES = {
+    "PIP_INDEX_URL": "--index-url",
+    "PIP_EXTRA_INDEX_URL": "--extra-index-url",
+    "PIP_FIND_LINKS": "--find-links",
+}
+
+
+def _install(session: nox.Session, *args: str) -> None:
+    """``session.install``, where uv (which reads none of pip's configuration) gets pip's sources, weighing
+    every index alike as pip does: on the CPU machines pip finds the ``+cpu`` torch in such a folder."""
+    sources = [
+        part
+        for variable, option in PIP_SOURCES.items()
+        for value in os.environ.get(variable, "").split()
+        for part in (option, value)
+    ]
+    if session.venv_backend == "uv" and sources:
+        args = (*sources, "--index-strategy", "unsafe-best-match", *args)
+    session.install(*args)
+
+
+def _uninstall(session: nox.Session, *packages: str) -> None:
+    if session.venv_backend == "uv":  # its venvs have no pip
+        session.run_install("uv", "pip", "uninstall", *packages)
+    else:
+        session.run_install("python", "-m", "pip", "uninstall", "-y", *packages)
+
+
 def _cuda(session: nox.Session) -> None:
-    session.install("vllm")  # its wheel pins the torch it was built against: let it choose
-    session.install(".[cuda,models]")
+    _install(session, "vllm")  # its wheel pins the torch it was built against: let it choose
+    _install(session, ".[cuda,models]")
 
 
 ROCM_VLLM = "0.18.0+rocm700"  # the newest release vLLM's docs list a ROCm wheel for (ROCm 7.0)
@@ -69,14 +100,14 @@ def _rocm(session: nox.Session) -> None:
     amd_smi = os.path.join(os.environ.get("ROCM_PATH", "/opt/rocm"), "share", "amd_smi")
     if not os.path.isdir(amd_smi):
         session.error(f"{amd_smi} not found: amdsmi must come from the ROCm installation (set ROCM_PATH)")
-    session.install(amd_smi)
+    _install(session, amd_smi)
     pin = os.environ.get("HARNESS_ROCM_VLLM", ROCM_VLLM)
     version, _, variant = pin.partition("+")
     if not variant:
         session.error(f"HARNESS_ROCM_VLLM={pin!r}: expected <version>+<variant>, e.g. {ROCM_VLLM}")
     index = f"https://wheels.vllm.ai/rocm/{version}/{variant}"
-    session.install(f"vllm=={pin}", "--extra-index-url", index)  # brings its own ROCm torch
-    session.install(".[models]")  # not .[rocm]: PyPI's amdsmi would replace the one matching the driver
+    _install(session, f"vllm=={pin}", "--extra-index-url", index)  # brings its own ROCm torch
+    _install(session, ".[models]")  # not .[rocm]: PyPI's amdsmi would replace the one matching the driver
 
 
 @nox.session(name=CPU_STACK)
@@ -87,8 +118,8 @@ def cpu_stack(session: nox.Session) -> None:
         where.unlink(missing_ok=True)  # --no-venv: they use the current environment
         return
     where.write_text(session.bin)
-    session.install("-e", ".[cpu,models,test]", *VLLM_TEST_IMPORTS)
-    session.run_install("python", "-m", "pip", "uninstall", "-y", *BREAK_CPU_TORCH)
+    _install(session, "-e", ".[cpu,models,test]", *VLLM_TEST_IMPORTS)
+    _uninstall(session, *BREAK_CPU_TORCH)
 
 
 def _cpu_stack_command(session: nox.Session, name: str) -> str:
@@ -148,7 +179,7 @@ def cpu_vllm_upstream(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, import-linter, mypy; actionlint and zizmor on ci/github/ laid out as .github/workflows."""
     if _installs(session):
-        session.install(".[lint]")
+        _install(session, ".[lint]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("lint-imports")

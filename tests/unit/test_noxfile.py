@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -97,11 +98,30 @@ def test_rocm_stops_at_a_python_other_than_3_12_before_installing(tmp_path):
 
 
 @pytest.mark.packaging
+def wheel(folder: Path, name: str, version: str) -> None:
+    """An empty package's wheel, in ``folder`` only (as the ``+cpu`` torch lies in the CPU machines' pip
+    wheel folder)."""
+    folder.mkdir()
+    dist = f"{name.replace('-', '_')}-{version}"
+    with zipfile.ZipFile(folder / f"{dist}-py3-none-any.whl", "w") as archive:
+        archive.writestr(
+            f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        )
+        tags = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        archive.writestr(f"{dist}.dist-info/WHEEL", tags)
+        archive.writestr(
+            f"{dist}.dist-info/RECORD", f"{dist}.dist-info/METADATA,,\n{dist}.dist-info/WHEEL,,\n"
+        )
+
+
 def test_the_cpu_stack_is_one_venv_installed_through_nox(tmp_path):
     """``--install-only`` fills ``cpu_stack``'s venv and runs nothing; ``-R`` then installs nothing, and
     the suite session runs in that venv with none of its own. A suite project whose ``cpu`` extra is the
-    harness stands in for the vLLM stack (~30 s of pip)."""
+    harness stands in for the vLLM stack (~30 s of pip), beside a package that only pip's wheel folder
+    (``PIP_FIND_LINKS``) holds: uv, where it fills the venv, is handed that folder."""
     shutil.copy(ROOT / "noxfile.py", tmp_path / "noxfile.py")
+    wheel(tmp_path / "wheels", "only-in-the-wheel-folder", "1.0+cpu")
+    env = {**os.environ, "PIP_FIND_LINKS": f"{os.environ.get('PIP_FIND_LINKS', '')} {tmp_path / 'wheels'}"}
     (tmp_path / "pyproject.toml").write_text(
         textwrap.dedent(f"""
             [project]
@@ -109,7 +129,7 @@ def test_the_cpu_stack_is_one_venv_installed_through_nox(tmp_path):
             version = "0"
 
             [project.optional-dependencies]
-            cpu = ["pytest-gpu-harness @ {ROOT.as_uri()}"]
+            cpu = ["pytest-gpu-harness @ {ROOT.as_uri()}", "only-in-the-wheel-folder==1.0+cpu"]
             models = []
             test = []
 
@@ -122,11 +142,19 @@ def test_the_cpu_stack_is_one_venv_installed_through_nox(tmp_path):
     )
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text("def test_x():\n    pass\n")
-    installed = nox("-s", "cpu_pooling", "--install-only", cwd=tmp_path)
+    installed = nox("-s", "cpu_pooling", "--install-only", cwd=tmp_path, env=env)
     assert installed.returncode == 0, installed.stderr
-    assert "python -m pip install -e '.[cpu,models,test]'" in installed.stderr
+    # `uv pip install` where uv is installed (pip's sources before the requirements), `python -m pip
+    # install` otherwise
+    install = next(line for line in installed.stderr.splitlines() if "pip install" in line)
+    assert install.endswith("-e '.[cpu,models,test]' tblib"), install
+    assert list(
+        (tmp_path / ".nox" / "cpu_stack").glob(
+            "lib/*/site-packages/only_in_the_wheel_folder-1.0+cpu.dist-info"
+        )
+    )
     assert not (tmp_path / "harness-out").exists()
-    reused = nox("-R", "-s", "cpu_pooling", cwd=tmp_path)
+    reused = nox("-R", "-s", "cpu_pooling", cwd=tmp_path, env=env)
     assert reused.returncode == 0, reused.stderr
     assert "pip install" not in reused.stderr and "pip uninstall" not in reused.stderr
     assert (
