@@ -73,8 +73,12 @@ def _install(session: nox.Session, *args: str) -> None:
         for value in os.environ.get(variable, "").split()
         for part in (option, value)
     ]
-    if session.venv_backend == "uv" and sources:
-        args = (*sources, "--index-strategy", "unsafe-best-match", *args)
+    if session.venv_backend == "uv":
+        # compiled as pip does: a process that may not write bytecode (PYTHONDONTWRITEBYTECODE, as on
+        # the CPU machines) would otherwise compile each module it imports, vLLM's and torch's included
+        args = ("--compile-bytecode", *args)
+        if sources:
+            args = (*sources, "--index-strategy", "unsafe-best-match", *args)
     session.install(*args)
 
 
@@ -154,9 +158,10 @@ for _platform in PLATFORMS:
         _suite_session(_platform, _suite)
 
 
-# the harness's own tests spread over the cores, at most 4: a few start vLLM CPU engines, each reserving
-# node memory; `nox -s tests -- -n 0` runs them in one process
-TEST_WORKERS = str(min(4, os.cpu_count() or 1))
+# the harness's own tests on twice as many workers as cores (most wait on the processes they start), at
+# most 4: a few start vLLM CPU engines, each reserving node memory; `nox -s tests -- -n 0` runs them in one
+# process
+TEST_WORKERS = str(min(4, 2 * (os.cpu_count() or 1)))
 
 
 @nox.session(tags=["cpu"], venv_backend="none", requires=[CPU_STACK])

@@ -17,7 +17,10 @@ from harness import ledger
 pytest_plugins = ["pytester"]
 SUITE = Path(__file__).parent / "vllm_reuse" / "reuse_suite.py"
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM's CPU build")
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM's CPU build"),
+    pytest.mark.engines,
+]
 
 
 def test_reuse_hands_on_clean_engines_where_they_fit(pytester, monkeypatch):

@@ -86,6 +86,7 @@ def test_the_watched_modules_are_the_wrapped_ones():
     assert spawned.WATCHED == set(patches.TARGETS)
 
 
+@pytest.mark.engines
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM's CPU build")
 @pytest.mark.timeout(2400)  # three vLLM imports and two engines: ~4 min alone, far more on a busy host
 def test_spawned_engines_are_counted_with_their_owners(editable, pytester, monkeypatch):

@@ -21,7 +21,10 @@ from harness import ledger
 pytest_plugins = ["pytester"]
 DATA = Path(__file__).parent / "vllm_live_engine"
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM's CPU build")
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM's CPU build"),
+    pytest.mark.engines,
+]
 
 
 def test_live_module_engine_is_named_and_class_scope_passes(pytester, monkeypatch):
