@@ -169,7 +169,10 @@ def tests(session: nox.Session) -> None:
     """The harness's own tests (some start real vLLM CPU engines), in cpu_stack's venv, under xdist."""
     python = _cpu_stack_command(session, "python")
     pytest = [python, "-m", "pytest", "-n", TEST_WORKERS, "--dist", "worksteal"]
-    session.run(*pytest, *session.posargs, external=True)
+    # vLLM's CPU engines bind their threads to the same cores ("auto"), so engines the workers start side
+    # by side would share one core; unbound, the system spreads them
+    bind = {"VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind")}
+    session.run(*pytest, *session.posargs, external=True, env=bind)
 
 
 @nox.session(tags=["upstream"], default=False, venv_backend="none", requires=[CPU_STACK])
