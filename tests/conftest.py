@@ -39,24 +39,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = tempfile.mkdtemp(prefix="harness-tests-")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``engines`` take minutes each: they head the shares xdist's ``worksteal`` first hands
-    its workers (contiguous, nearly equal, taken from the front), so they run side by side from the start
-    rather than one after another at the end; the rest is stolen from the shares' tails."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    heavy = [item for item in items if item.get_closest_marker("engines")]
-    if workers < 2 or not heavy:
-        return
-    light = [item for item in items if not item.get_closest_marker("engines")]
-    ordered: list[pytest.Item] = []
-    for worker in range(workers):
-        size = (len(items) - len(ordered)) // (workers - worker)  # the share worksteal sends this worker
-        own = heavy[worker::workers]
-        ordered += own + light[: max(size - len(own), 0)]
-        del light[: max(size - len(own), 0)]
-    items[:] = ordered + light
-
-
 @pytest.fixture
 def fake_gpus(monkeypatch, tmp_path):
     """``fake_gpus(devices, vendor="nvidia"|"amd")`` describes the machine and returns the file to rewrite.
