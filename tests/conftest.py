@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests import fakes
 
 ROOT = Path(__file__).resolve().parents[1]
 # The pytest sessions these tests start (pytester, harness run) live in temporary folders without a
@@ -52,7 +53,7 @@ def fake_gpus(monkeypatch, tmp_path):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
     def describe(devices: list[dict], vendor: str = "nvidia") -> Path:
-        path.write_text(json.dumps(devices))
+        fakes.write(path, devices)
         monkeypatch.setenv("FAKE_GPUS_FILE", str(path))
         for name, (variable, module) in _MODULES.items():
             monkeypatch.setenv(variable, module if name == vendor else "tests.fakes.absent")

@@ -11,7 +11,8 @@ Devices come from the environment, re-read on every call so a test can change ``
   ``bus`` a PCI address such as ``"0000:1b:00.0"``), in the library's enumeration order, and optionally
   ``"processes": {"<pid>": bytes}``, what the per-process calls report (a part of ``used``); or
 - ``FAKE_GPUS_FILE``: the path of a file holding that JSON, for subprocesses (pytester, xdist workers)
-  whose environment a test cannot change after the start: the test rewrites the file instead.
+  whose environment a test cannot change after the start: the test rewrites the file instead, with
+  ``write``, so a reader polling at the same moment (the memory sampler's thread) never sees it half-written.
 
 With neither set, initialising the library fails the way it does on a machine without the driver.
 ``FAKE_AMDSMI_BYTES_API=0`` makes amdsmi's bytes memory calls answer "not supported", as on older
@@ -35,6 +36,13 @@ def devices() -> list[dict]:
     path = os.environ.get("FAKE_GPUS_FILE")
     text = Path(path).read_text() if path else os.environ.get("FAKE_GPUS", "[]")
     return json.loads(text)
+
+
+def write(path: Path, devices: list[dict]) -> None:
+    """Replace the fake machine's file in one step: a reader sees the old devices or the new, never a part."""
+    new = Path(f"{path}.new")
+    new.write_text(json.dumps(devices))
+    os.replace(new, path)
 
 
 def gpu(number: int, *, total: int = 80 * 2**30, used: int = 0, name: str = "NVIDIA H100 80GB HBM3") -> dict:

@@ -1,7 +1,6 @@
 """wait_for_memory and settle over fake devices, with a fake clock: the real loop, no sleeping."""
 
 import importlib
-import json
 import re
 
 import pytest
@@ -12,7 +11,7 @@ from harness.memory.waits import settle, wait_for_memory
 from harness.platform.amd import AmdPlatform
 from harness.platform.host import HostPlatform
 from harness.platform.nvidia import NvidiaPlatform
-from tests.fakes import gpu
+from tests.fakes import gpu, write
 
 GIB = 2**30
 
@@ -47,7 +46,7 @@ def releasing(path, devices, schedule):
         for at, used in sorted(schedule.items()):
             if elapsed >= at:
                 devices[0]["used"] = used
-        path.write_text(json.dumps(devices))
+        write(path, devices)
 
     return on_sleep
 

@@ -9,7 +9,6 @@ what NVML lists for its own processes there.
 from __future__ import annotations
 
 import importlib
-import json
 import subprocess
 import sys
 
@@ -20,7 +19,7 @@ from harness.config.settings import load_settings
 from harness.errors import RunnerBlocked
 from harness.platform.nvidia import NvidiaPlatform
 from harness.tracking import context, starts
-from tests.fakes import gpu
+from tests.fakes import gpu, write
 
 GIB = 2**30
 TOTAL = 80 * GIB
@@ -35,7 +34,7 @@ class Machine:
         self.write()
 
     def write(self) -> None:
-        self.path.write_text(json.dumps(self.devices))
+        write(self.path, self.devices)
 
     def engine(self, pid: int, per_device: dict[int, int]) -> None:
         for index, used in per_device.items():

@@ -19,6 +19,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 SUITE = """
 import json, os, time
 from pathlib import Path
+from tests import fakes
 from tests.unit.runner_suites.fake_runner import FakeRunner
 
 def test_engine_and_a_tensor_outside_any_runner():
@@ -27,7 +28,7 @@ def test_engine_and_a_tensor_outside_any_runner():
     path = Path(os.environ["FAKE_GPUS_FILE"])
     gpus = json.loads(path.read_text())
     gpus[0]["used"] += 30 * 2**30  # memory no runner event reads: only the sampler sees it
-    path.write_text(json.dumps(gpus))
+    fakes.write(path, gpus)  # in one step: the sampler's thread reads the file meanwhile
     time.sleep(0.8)
 """
 

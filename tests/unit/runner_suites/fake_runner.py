@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from harness.tracking import context, starts
+from tests import fakes
 
 
 def _take(delta: int, pid: int | None = None) -> int:
@@ -34,8 +35,7 @@ def _take(delta: int, pid: int | None = None) -> int:
         if pid is not None:
             processes = gpu.setdefault("processes", {})
             processes[str(pid)] = processes.get(str(pid), 0) + delta
-        Path(f"{path}.new").write_text(json.dumps(gpus))
-        os.replace(f"{path}.new", path)  # readers never see a half-written file
+        fakes.write(path, gpus)
     return free
 
 
