@@ -65,13 +65,13 @@ def _step(cell: Cell, settings: CiSettings, parallelism: int) -> dict:
 def _commands(cell: Cell, settings: CiSettings, parallelism: int, container: Container | None) -> list[str]:
     # An image has the test stack: nox and the harness that generated this step go into it (the container
     # is thrown away after the step). A prebuilt agent has all of it. Otherwise nox gets a venv of its own
-    # (agents' system Pythons are often externally managed) and builds the session's venv as usual.
+    # (agents' system Pythons are often externally managed), with uv to build the session's venv.
     setup, nox = [], shlex.join(["nox", "-s", cell.session, "--no-venv"])
     if container:
         install = shlex.join(["python3", "-m", "pip", "install", "--quiet", "nox", _harness_requirement()])
         setup = [f"PIP_BREAK_SYSTEM_PACKAGES=1 {install}"]
     elif not settings.prebuilt_image:
-        setup = [f"python3 -m venv {_NOX_VENV} && {_NOX_VENV}/bin/pip install --quiet nox"]
+        setup = [f"python3 -m venv {_NOX_VENV} && {_NOX_VENV}/bin/pip install --quiet 'nox[uv]'"]
         nox = shlex.join([f"{_NOX_VENV}/bin/nox", "-s", cell.session])
     summary = shlex.quote(f"{cell.run_dir}/summary.md")
     # the context harness run annotates with (summary.annotation_context), so a retried job's summary

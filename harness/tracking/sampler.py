@@ -4,7 +4,8 @@ One daemon thread per pytest process with a ledger reads the platform's memory (
 every ``memory_sample_s`` seconds and appends a ``memory`` event. Samples are flushed, not fsynced: they
 are a picture, and the runner events that matter are synced. The first is one interval in: a runner's
 events carry their own readings, and a session shorter than an interval (most that start no runner) reads
-no memory for a picture of nothing.
+no memory for a picture of nothing. Any error stops the sampling with a finding, never a traceback in the
+user's run: the picture is not worth one.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class MemorySampler:
         while not self._stop.wait(self.interval_s):
             try:
                 self.sample()
-            except HarnessError as error:  # the management library stopped answering: say so, stop sampling
-                self.writer.write("finding", type="sampler-stopped", message=str(error))
+            except Exception as error:  # the library stopped answering, or broke: say so, stop sampling
+                named = isinstance(error, HarnessError)  # ours already say what failed
+                message = str(error) if named else f"{type(error).__name__}: {error}"
+                self.writer.write("finding", type="sampler-stopped", message=message)
                 return

@@ -79,6 +79,8 @@ def test_default_pipeline_is_valid_buildkite_with_a_step_per_platform_and_suite(
         {"signal_reason": "agent_stop", "limit": 2},
     ]
     assert any(".harness-nox/bin/nox -s cuda_pooling" in command for command in cuda_pooling["commands"])
+    # nox's own venv gets uv too, so the session's venv is made as the README's set-up makes it
+    assert any(".harness-nox/bin/pip install --quiet 'nox[uv]'" in c for c in cuda_pooling["commands"])
 
 
 def test_the_validator_rejects_a_broken_pipeline(tmp_path):

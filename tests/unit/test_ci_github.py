@@ -135,7 +135,10 @@ def test_test_job_checks_out_runs_the_session_and_uploads_a_unique_artifact():
     uses = [step["uses"].split("@")[0] for step in steps if "uses" in step]
     assert uses == ["actions/checkout", "actions/setup-python", "actions/cache", "actions/upload-artifact"]
     runs = [step.get("run", "") for step in steps]
-    assert any("pip install nox" in run for run in runs)
+    [install] = [run for run in runs if "pip install" in run]
+    # nox makes the session's venv with uv, as the README's set-up does; into an image only nox goes
+    assert "python3 -m pip install 'nox[uv]'" in install
+    assert 'pip install nox "$HARNESS_PACKAGE"' in install
     assert any("GITHUB_STEP_SUMMARY" in run for run in runs)
     upload = next(step for step in steps if step.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["if"] == "always()"

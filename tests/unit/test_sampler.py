@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import xml.etree.ElementTree as ET
 
 from harness import platform as platforms
@@ -70,3 +71,20 @@ def test_a_session_shorter_than_an_interval_reads_no_memory(fake_gpus, tmp_path,
     MemorySampler(writer, platform, 60).start().stop()
     assert reads == []
     assert [e["event"] for e in reader.events(writer.path)] == []
+
+
+def test_an_unexpected_error_of_the_library_stops_sampling_with_a_finding(fake_gpus, tmp_path, monkeypatch):
+    """Not only the errors the platform wraps: whatever a management library raises ends the sampling with
+    one finding naming it, not a thread's traceback in the middle of the user's run."""
+    fake_gpus([gpu(0)])
+    platform = platforms.detect({**os.environ, "HARNESS_PLATFORM": "cuda"}).platform
+    monkeypatch.setattr(platform, "memory", lambda: {}[0])  # a KeyError, as a library's own bug raises it
+    died = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    writer = LedgerWriter(tmp_path / "ledger", "main")
+    sampler = MemorySampler(writer, platform, 0.01).start()
+    sampler._thread.join(5)
+    assert not sampler._thread.is_alive() and died == []
+    sampler.stop()
+    [finding] = [e for e in reader.events(writer.path) if e["event"] == "finding"]
+    assert (finding["type"], finding["message"]) == ("sampler-stopped", "KeyError: 0")
