@@ -8,9 +8,19 @@ from typing import TYPE_CHECKING
 from harness.ledger.writer import LedgerWriter
 
 if TYPE_CHECKING:
-    from harness.ledger.reader import Ledger, ended, events, quiet, read, started, unfinished
+    from harness.ledger.reader import Ledger, ended, events, quiet, read, refused_because, started, unfinished
 
-__all__ = ["Ledger", "LedgerWriter", "ended", "events", "quiet", "read", "started", "unfinished"]
+__all__ = [
+    "Ledger",
+    "LedgerWriter",
+    "ended",
+    "events",
+    "quiet",
+    "read",
+    "refused_because",
+    "started",
+    "unfinished",
+]
 
 
 def __getattr__(name: str):

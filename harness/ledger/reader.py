@@ -6,6 +6,7 @@ import json
 import math
 import os
 import signal
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,13 @@ MAX_FILE_BYTES = 256 * 2**20  # a ledger file larger than this is not one the ha
 def started(records: list[Record]) -> list[Record]:
     """The records of runners that did start (a blocked or failed start is counted apart)."""
     return [r for r in records if r["outcome"] in ("started", "never-stopped")]
+
+
+def refused_because(refusals: list[dict]) -> list[tuple[str, int]]:
+    """Reuse refusals counted by kind of reason (a reason's words before its particulars: ``(...)``,
+    ``: ...``), the most frequent first."""
+    kinds = Counter(str(r.get("reason") or "no reason").split(" (")[0].split(": ")[0] for r in refusals)
+    return sorted(kinds.items(), key=lambda item: (-item[1], item[0]))
 
 
 @dataclass

@@ -86,7 +86,7 @@ def _record(config: pytest.Config, here: Context) -> None:
         from harness.tracking import reuse  # only when asked: every session would pay its import
 
         here.pool = reuse.Pool(writer, here.settings.reuse_engines)
-        config.pluginmanager.register(Reuse(here.pool), "harness-reuse")
+        config.pluginmanager.register(Reuse(here.pool, writer), "harness-reuse")
         from harness.pytest_plugin import order
 
         if not config.pluginmanager.is_registered(order):  # a first run: tests grouped by their parameters

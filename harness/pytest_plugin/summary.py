@@ -44,6 +44,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         f"{len(started)} runner starts ({_by_kind(started)}), {blocked} blocked, {failed} failed{avoided}; "
         f"ledger: {kept}"
     )
+    refusals = [r for r in merged.refusals if r["t"] >= since]
+    if refusals:
+        reasons = ", ".join(f"{count} {reason}" for reason, count in ledger.refused_because(refusals))
+        write(f"  reuse refused {len(refusals)}: {reasons}")
     per_file: dict[str, list[Record]] = defaultdict(list)
     for record in started:
         per_file[record.get("file") or "<outside tests>"].append(record)

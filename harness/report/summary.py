@@ -6,6 +6,7 @@ a note pointing at ``report.json``, which always has everything.
 
 from __future__ import annotations
 
+from harness.ledger.reader import refused_because
 from harness.platform.base import GIB
 from harness.report.schema import Advice, Finding, Record, Report, Tally
 
@@ -87,6 +88,7 @@ def _starts(report: Report, rows: int) -> list[str]:
         "",
         f"{total['starts']} starts, {_seconds(total['startup_s'])} starting up." + _reused(total),
         "",
+        *_refused(report.get("reuse_refusals", [])),
         *_table(["kind", "starts", "failed", "startup"], kinds, rows),
         *_table(["file", "vLLM starts", "HF starts", "startup", "tests wall"], files, rows),
     ]
@@ -139,6 +141,14 @@ def _advice(advice: list[Advice], rows: int) -> list[str]:
     if not advice:
         lines.append("Every runner configuration started once per file and worker.")
     return lines
+
+
+def _refused(refusals: list[dict]) -> list[str]:
+    """Hand-offs the reuse pool refused, by kind of reason (each one's whole reason is in report.json)."""
+    if not refusals:
+        return []
+    reasons = "; ".join(f"{_escape(reason)}: {count}" for reason, count in refused_because(refusals))
+    return [f"Reuse refused {len(refusals)} hand-offs ({reasons}).", ""]
 
 
 def _reused(tally: Tally) -> str:

@@ -28,7 +28,7 @@ VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature c
 
 def _patch_vllm(module) -> None:
     # when the suite imports vLLM, not before
-    from harness.tracking.starts import fingerprint, learn, starting, vllm_configuration
+    from harness.tracking.starts import learn, reuse_key, starting, vllm_configuration
     from harness.tracking.vllm_engine import state, watch_engine
 
     cls = module.LLM
@@ -48,7 +48,9 @@ def _patch_vllm(module) -> None:
                 config, arguments, variables = vllm_configuration(original, (None, *args), kwargs)
             except TypeError:  # arguments LLM itself refuses: its __init__ says so
                 config = None
-            engine = None if config is None else pool.take(fingerprint("vllm", config), arguments, variables)
+            engine = (
+                None if config is None else pool.take(reuse_key(config, args, kwargs), arguments, variables)
+            )
             if engine is not None:
                 handed.add(engine)
                 return engine
@@ -77,7 +79,7 @@ def _patch_vllm(module) -> None:
         if run is not None:
             watch_engine(self, run)
         if pool is not None:
-            pool.track(self, run, state(self), fingerprint("vllm", config), arguments, variables)
+            pool.track(self, run, state(self), reuse_key(config, args, kwargs), arguments, variables)
 
     __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__new__ = staticmethod(__new__)

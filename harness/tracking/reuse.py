@@ -8,11 +8,15 @@ first shuts warm engines down until the new one fits: at most ``reuse_engines`` 
 fractions leave room for the new one. A handed-on engine is written as ``runner-reused`` (the start it
 saved, with that start's measured seconds); an engine that may not be kept or handed on is written as
 ``reuse-refused`` with the reason. Engines still warm when the session ends, or when a test marked
-``fresh_engine`` begins, are shut down then.
+``fresh_engine`` begins, are shut down then; so are those a test parked before it failed.
+
+Per process: a forked child (vLLM's ``fork_new_process_for_each_test``) starts with an empty pool and
+never stops, parks or takes its parent's engines, which the parent hands on after the child's test.
 """
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +25,8 @@ from typing import Any
 from harness.ledger.writer import LedgerWriter
 from harness.tracking.context import current
 from harness.tracking.starts import Run
+
+FRESH_MARKER = "the next test asked for a fresh engine (fresh_engine marker)"
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,7 @@ class Started:
     base: str | None = None
     environment: dict[str, str] = field(default_factory=dict)
     fresh: bool = False
+    pid: int = field(default_factory=os.getpid)
 
 
 @dataclass
@@ -45,6 +52,8 @@ class Warm:
     began: Started | None
     shutdown: Callable[[Any], None]  # stops the engine
     release: Callable[[], None]  # gives memory back once the engine is dropped
+    alive: Callable[[Any], str | None]  # why it can no longer serve (checked again before a hand-on)
+    test: str | None = None  # the test that parked it
 
     @property
     def run(self) -> Run | None:
@@ -62,7 +71,11 @@ class Pool:
         self.writer, self.capacity = writer, capacity
         self.warm: dict[str, Warm] = {}
         self.started: weakref.WeakKeyDictionary[Any, Started] = weakref.WeakKeyDictionary()
-        self.fresh = False  # the running test carries the fresh_engine marker
+        self.fresh = False  # the running test carries the fresh_engine marker (or is run again fresh)
+        self.failed = False  # the running test failed: what it closes is not parked
+        self.handed = 0  # engines handed on during the running test
+        self.inherited: list[Warm] = []  # a forked child's: its parent's, never touched (see _forked)
+        _pools.add(self)
 
     def track(
         self,
@@ -98,6 +111,12 @@ class Pool:
         if warm is None:
             self._refuse_other_environment(base, environment or {})
             return None
+        reason = warm.alive(warm.engine)
+        if reason is not None:
+            self._refused(key, warm.run, reason)
+            self._stop(warm)
+            return None
+        self.handed += 1
         context = current()
         owner = context.owner.current()
         run = warm.run
@@ -127,32 +146,54 @@ class Pool:
         state: Callable[[Any], str],
         shutdown: Callable[[Any], None],
         release: Callable[[], None],
+        alive: Callable[[Any], str | None] = lambda _: None,
         refused: str | None = None,
     ) -> bool:
         """Keep ``engine`` warm after ``reset``; False (the caller shuts it down) when it cannot be.
 
         An engine whose state (``state(engine)``) differs from its state at start was changed by a test in
         a way no reset undoes: it is refused, as is one an opted-out (``fresh``) test started or closes, and
-        one the caller already knows a reason against (``refused``).
+        one the caller already knows a reason against (``refused``), one closed after its test failed and
+        one another process started.
         """
         began = self.started.get(engine)
         fresh = fresh or self.fresh or (began is not None and began.fresh)
-        reason = refused or _refusal(engine, began, fresh, reset, state)
+        reason = refused or self._against(began) or _refusal(engine, began, fresh, reset, state)
         if reason is not None:
             self._refused(key, began.run if began else None, reason)
             return False
         if key in self.warm:  # two runners of one configuration were alive at once: keep the later
             self._shut(key)
-        self.warm[key] = Warm(engine, began, shutdown, release)
+        self.warm[key] = Warm(engine, began, shutdown, release, alive, current().owner.current().test)
         self.make_room(None, keep=self.capacity)
         return True
 
-    def fresh_test(self, test: str) -> None:
-        """A test marked ``fresh_engine`` begins: every warm engine is shut down, each with the reason."""
+    def _against(self, began: Started | None) -> str | None:
+        if self.failed:
+            return "its test failed"
+        if began is not None and began.pid != os.getpid():
+            return "another process started it (a forked test's parent)"
+        return None
+
+    def test_failed(self, test: str) -> None:
+        """``test`` failed: the engines it parked are shut down, and what it closes from now on is not
+        parked (a test that fails may have left its engine in any state)."""
+        self.failed = True
+        for key in [k for k, warm in self.warm.items() if warm.test == test]:
+            self._refused(key, self.warm[key].run, "its test failed", test=test)
+            self._shut(key)
+
+    def next_test(self, test: str, fresh: str | None) -> None:
+        """``test`` begins, asking for fresh engines (``fresh``: why) or not; nothing was handed to it yet."""
+        self.failed, self.handed, self.fresh = False, 0, False
+        if fresh is not None:
+            self.fresh_test(test, fresh)
+
+    def fresh_test(self, test: str, reason: str = FRESH_MARKER) -> None:
+        """A test that asks for fresh engines begins: every warm engine is shut down, each with the reason."""
         self.fresh = True
         while self.warm:
             key = next(iter(self.warm))
-            reason = "the next test asked for a fresh engine (fresh_engine marker)"
             self._refused(key, self.warm[key].run, reason, test=test)
             self._shut(key)
 
@@ -189,7 +230,10 @@ class Pool:
         return fraction is None or declared + fraction <= 1.0
 
     def _shut(self, key: str) -> None:
-        warm = self.warm.pop(key)
+        self._stop(self.warm.pop(key))
+
+    @staticmethod
+    def _stop(warm: Warm) -> None:
         release = warm.release
         warm.shutdown(warm.engine)
         del warm  # the pool's was the last reference: the engine goes before its memory is checked
@@ -199,6 +243,23 @@ class Pool:
         """Shut every warm engine down (the session ends)."""
         while self.warm:
             self._shut(next(iter(self.warm)))
+
+    def forked(self) -> None:
+        """In a forked child: the parent's warm engines are kept out of reach, never stopped here (their
+        finalizers would shut the parent's engine down) nor handed on (their sockets are the parent's)."""
+        self.inherited.extend(self.warm.values())
+        self.warm = {}
+
+
+_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    for pool in list(_pools):
+        pool.forked()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _refusal(engine, began: Started | None, fresh: bool, reset, state) -> str | None:

@@ -29,17 +29,28 @@ def __getattr__(name):
     return getattr(importlib.import_module(module, __name__), attribute)
 """
 ENGINE = """
+import types
+
+
 class EngineCoreClient:
     def __init__(self):
         self.stopped = False
+        self.resources = types.SimpleNamespace(engine_dead=False, engine_manager=None)
 
     def shutdown(self):
         self.stopped = True
+        self.resources.engine_dead = True
 
 
 class LLMEngine:
     def __init__(self):
         self.engine_core = EngineCoreClient()
+
+    def has_unfinished_requests(self):
+        return False
+
+    def is_sleeping(self):
+        return False
 """
 LLM = """
 import types
