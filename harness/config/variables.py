@@ -5,3 +5,6 @@ sets them, the pytest plugin reads them, and neither imports the other."""
 SWITCH = "HARNESS"
 # a previous run's configurations, by which the plugin orders the tests (``harness.pytest_plugin.order``)
 CONFIGURATIONS = "HARNESS_CONFIGURATIONS"
+# a test's value there instead of a fingerprint: it failed on a handed-on engine and passed on fresh ones
+# (the safety net's finding type too), so it starts on fresh engines
+SENSITIVE = "reuse-sensitive"

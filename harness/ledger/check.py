@@ -147,6 +147,7 @@ FIELDS: dict[str, dict[str, tuple[Check, bool, bool]]] = {
         "fingerprint": (text, *NULLABLE),
         **_OWNER,
         "saved_s": (seconds, *NULLABLE),
+        "handoff_s": (seconds, *OPTIONAL),
     },
     "reuse-refused": {
         "runner": (text, *NULLABLE),

@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING
 import pytest
 from _pytest.runner import runtestprotocol
 
-from harness.pytest_plugin import CONFIGURATIONS
+from harness.config.variables import CONFIGURATIONS, SENSITIVE
 from harness.tracking.reuse import FRESH_MARKER
 
 if TYPE_CHECKING:
     from harness.ledger.writer import LedgerWriter
     from harness.tracking.reuse import Pool
 
-SENSITIVE = "reuse-sensitive"  # a test's value in HARNESS_CONFIGURATIONS: it failed on a handed-on engine
 RETRY = "the test failed on a handed-on engine: it runs again on fresh engines"
 REMEMBERED = "the test failed on a handed-on engine in the run given as history (reuse-sensitive)"
 
@@ -73,14 +72,15 @@ class Reuse:
         return True
 
     def _sensitive(self, test: str, failure: pytest.TestReport) -> None:
+        crash = getattr(failure.longrepr, "reprcrash", None)
         lines = failure.longreprtext.strip().splitlines()
+        last = crash.message.splitlines()[0] if crash is not None else lines[-1] if lines else failure.when
         self.writer.write(
             "finding",
             type=SENSITIVE,
             test=test,
-            message=f"{test} failed on a handed-on engine and passed on fresh ones "
-            f"({lines[-1] if lines else failure.when}): the next run with this run's report as history "
-            "gives it fresh engines",
+            message=f"{test} failed on a handed-on engine and passed on fresh ones ({last}): the next run "
+            "with this run's report as history gives it fresh engines",
         )
 
     def pytest_sessionfinish(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
 from harness.config.suites import Suite
+from harness.config.variables import SENSITIVE
 from harness.errors import HarnessError, ReportError
 from harness.report.build import files
 from harness.report.store import load
@@ -60,7 +61,8 @@ def durations_from(path: str | os.PathLike[str]) -> dict[str, float]:
 
 
 def configurations_from(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Node id → fingerprint of the first vLLM configuration the test itself started or was handed warm.
+    """Node id → fingerprint of the first vLLM configuration the test itself started or was handed warm,
+    or ``reuse-sensitive`` for a test that failed on a handed-on engine and passed on fresh ones.
 
     Starts made by a wider-scoped fixture are left out: ordering tests cannot move those.
     """
@@ -76,6 +78,10 @@ def configurations_from(path: str | os.PathLike[str]) -> dict[str, str]:
     first: dict[str, str] = {}
     for _, test, key in sorted(owned, key=lambda entry: entry[0] or 0.0):
         first.setdefault(test, key)
+    for finding in report.get("findings", []):  # failed on a handed-on engine: fresh engines next time
+        test = finding.get("test") if isinstance(finding, dict) else None
+        if isinstance(test, str) and finding.get("type") == SENSITIVE:
+            first[test] = SENSITIVE
     return first
 
 

@@ -17,6 +17,7 @@ never stops, parks or takes its parent's engines, which the parent hands on afte
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class Warm:
     release: Callable[[], None]  # gives memory back once the engine is dropped
     alive: Callable[[Any], str | None]  # why it can no longer serve (checked again before a hand-on)
     test: str | None = None  # the test that parked it
+    check_s: float = 0.0  # what its checks and reset took when it was parked
 
     @property
     def run(self) -> Run | None:
@@ -75,6 +77,7 @@ class Pool:
         self.failed = False  # the running test failed: what it closes is not parked
         self.handed = 0  # engines handed on during the running test
         self.inherited: list[Warm] = []  # a forked child's: its parent's, never touched (see _forked)
+        self.pid = os.getpid()  # the process whose engines these are
         _pools.add(self)
 
     def track(
@@ -111,6 +114,7 @@ class Pool:
         if warm is None:
             self._refuse_other_environment(base, environment or {})
             return None
+        began = time.monotonic()
         reason = warm.alive(warm.engine)
         if reason is not None:
             self._refused(key, warm.run, reason)
@@ -133,6 +137,7 @@ class Pool:
             fingerprint=key,
             **owner.fields(),
             saved_s=getattr(run, "startup_s", None),
+            handoff_s=round(warm.check_s + time.monotonic() - began, 4),
         )
         return warm.engine
 
@@ -158,13 +163,15 @@ class Pool:
         """
         began = self.started.get(engine)
         fresh = fresh or self.fresh or (began is not None and began.fresh)
+        checking = time.monotonic()
         reason = refused or self._against(began) or _refusal(engine, began, fresh, reset, state)
         if reason is not None:
             self._refused(key, began.run if began else None, reason)
             return False
         if key in self.warm:  # two runners of one configuration were alive at once: keep the later
             self._shut(key)
-        self.warm[key] = Warm(engine, began, shutdown, release, alive, current().owner.current().test)
+        test = current().owner.current().test
+        self.warm[key] = Warm(engine, began, shutdown, release, alive, test, time.monotonic() - checking)
         self.make_room(None, keep=self.capacity)
         return True
 
@@ -173,6 +180,8 @@ class Pool:
             return "its test failed"
         if began is not None and began.pid != os.getpid():
             return "another process started it (a forked test's parent)"
+        if self.pid != os.getpid():
+            return "a forked test's process started it, and ends without closing what it keeps"
         return None
 
     def test_failed(self, test: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -81,13 +82,15 @@ def run_with_stub(pytester, monkeypatch):
     """Run a suite over the stub on the CPU platform; returns pytest's result and the merged ledger."""
     monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
 
-    def run(suite: str, **shape):
-        path = stub(pytester.path, **shape)
-        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(path), str(ROOT)]))
+    def run(suite: str, *args: str, **shape):
+        if not (pytester.path / "stub").exists():
+            path = stub(pytester.path, **shape)
+            monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(path), str(ROOT)]))
         pytester.makepyfile(test_suite=textwrap.dedent(suite))
         directory = pytester.path / "ledger"
+        shutil.rmtree(directory, ignore_errors=True)
         result = pytester.runpytest_subprocess(
-            "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
+            "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider", *args
         )
         return result, ledger.read(directory)
 
@@ -255,3 +258,72 @@ def test_doctor_says_whether_the_installed_vllm_llm_is_tracked(tmp_path, shape, 
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["tracking"]["vllm.LLM"] == status
+
+
+# a test that fails only on a handed-on engine (state no reset knows of), then one that fails on any
+SENSITIVE_SUITE = (
+    OWN_RUNNER.split("    @pytest.mark.parametrize")[0]
+    + """
+    def test_first():
+        with Runner("org/model") as runner:
+            runner.llm.left = "state no reset knows of"
+
+
+    def test_needs_a_fresh_engine():
+        with Runner("org/model") as runner:
+            assert not hasattr(runner.llm, "left"), "handed the first test's engine"
+
+
+    def test_between():
+        with Runner("org/model"):
+            pass
+
+
+    def test_fails_on_any_engine():
+        with Runner("org/model"):
+            raise AssertionError("fails on every engine")
+    """
+)
+
+
+def test_a_test_that_fails_only_on_a_handed_on_engine_passes_on_fresh_ones_with_a_finding(
+    run_with_stub, monkeypatch, pytester
+):
+    """The safety net: run again once on fresh engines; one result each in the terminal and JUnit; the
+    finding names the test; a failure on fresh engines too is reported failed, once."""
+    monkeypatch.setenv("HARNESS_REUSE", "1")
+    result, merged = run_with_stub(SENSITIVE_SUITE, "--junitxml=junit.xml", engine=REUSABLE)
+    result.assert_outcomes(passed=3, failed=1)
+    name = "test_suite.py::test_"
+    assert [r["test"].removeprefix(name) for r in merged.records] == [
+        "first",
+        "needs_a_fresh_engine",  # its second try (what it starts is not parked)
+        "between",
+        "fails_on_any_engine",  # its second try
+    ]
+    assert [r["test"].removeprefix(name) for r in merged.reuses] == [
+        "needs_a_fresh_engine",
+        "fails_on_any_engine",
+    ]
+    [finding] = [f for f in merged.findings if f["type"] == "reuse-sensitive"]
+    assert finding["test"] == f"{name}needs_a_fresh_engine"
+    assert "AssertionError: handed the first test's engine" in finding["message"]
+    junit = (pytester.path / "junit.xml").read_text()
+    assert junit.count("<testcase ") == 4 and junit.count("<failure ") == 1
+    assert [(t["nodeid"].removeprefix(name), t["outcome"]) for t in merged.tests] == [
+        ("first", "passed"),
+        ("needs_a_fresh_engine", "passed"),
+        ("between", "passed"),
+        ("fails_on_any_engine", "failed"),
+    ]
+    result.stdout.fnmatch_lines(["*reuse-sensitive: test_suite.py::test_needs_a_fresh_engine failed on a*"])
+
+    # the next run, given this one's findings as history, starts that test fresh without a first try
+    (pytester.path / "configurations.json").write_text(json.dumps({finding["test"]: "reuse-sensitive"}))
+    monkeypatch.setenv("HARNESS_CONFIGURATIONS", str(pytester.path / "configurations.json"))
+    result, merged = run_with_stub(SENSITIVE_SUITE.split("    def test_between")[0])
+    result.assert_outcomes(passed=2)
+    assert [r["test"].removeprefix(name) for r in merged.records] == ["first", "needs_a_fresh_engine"]
+    assert not [f for f in merged.findings if f["type"] == "reuse-sensitive"]
+    refusal = merged.refusals[0]  # the first test's warm engine, shut down as that test begins
+    assert "reuse-sensitive" in refusal["reason"] and refusal["test"] == finding["test"]

@@ -7,6 +7,8 @@ so "never two engines side by side" is checked on every start.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from harness import ledger
@@ -200,3 +202,80 @@ class _Run:
     def __init__(self, fraction: float):
         self.id, self.model, self.startup_s = "main-1", "m", 30.0
         self.need = type("Need", (), {"fraction": fraction})()
+
+
+def test_a_failed_tests_engines_are_shut_down_and_what_it_closes_after_is_not_parked(world):
+    pool, alive, start, close, directory = world
+    parked = start("A")
+    close("A", parked)
+    later = start("B")  # shuts the warm A down first (capacity 1)
+    pool.test_failed("test_x.py::test_one")
+    close("B", later)
+    assert not alive and not pool.warm
+    pool.next_test("test_x.py::test_two", None)
+    engine = start("B")
+    close("B", engine)
+    assert pool.warm and alive == {engine}  # the next test parks again
+    assert [r["reason"] for r in ledger.read(directory).refusals] == ["its test failed"]
+
+
+def test_an_engine_that_died_while_warm_is_not_handed_on(world):
+    pool, alive, _, _, directory = world
+    engine = Engine("A", alive)
+    pool.track(engine, None, state(engine), "A")
+    died: list[str] = []
+    assert pool.park(
+        "A",
+        engine,
+        fresh=False,
+        reset=reset,
+        state=state,
+        shutdown=alive.discard,
+        release=lambda: None,
+        alive=lambda _: died[0] if died else None,
+    )
+    died.append("its engine process 4242 exited (-9)")
+    assert pool.take("A") is None and not alive and not pool.warm
+    [refusal] = ledger.read(directory).refusals
+    assert refusal["reason"] == "its engine process 4242 exited (-9)"
+
+
+def test_a_forked_child_never_takes_parks_or_stops_its_parents_engines(world):
+    """vLLM's fork_new_process_for_each_test: the child's pool is empty, what the child closes is not
+    parked, and the parent hands its warm engine on after the child's test."""
+    pool, alive, start, close, directory = world
+    warm = start("A")
+    close("A", warm)
+    pid = os.fork()
+    if pid == 0:  # the child: any failure is its exit status
+        code = 1
+        try:
+            assert pool.take("A") is None and not pool.warm
+            pool.make_room(0.9)  # never the parent's
+            own = Engine("A", alive)
+            pool.track(own, None, state(own))
+            close("A", own)
+            code = 0 if own not in alive and warm in alive and not pool.warm else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert start("A") is warm
+    child = [r for r in ledger.read(directory).refusals if r["reason"].startswith("a forked test's process")]
+    assert len(child) == 1
+
+
+def test_refusals_are_counted_by_kind_of_reason():
+    refusals = [
+        {"reason": "its engine process 1 exited (-9)"},
+        {"reason": "its test failed"},
+        {"reason": "resetting it failed: TimeoutError: 30 s"},
+        {"reason": "its test failed"},
+        {"reason": None},
+    ]
+    assert ledger.refused_because(refusals) == [
+        ("its test failed", 2),
+        ("its engine process 1 exited", 1),
+        ("no reason", 1),
+        ("resetting it failed", 1),
+    ]

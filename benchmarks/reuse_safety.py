@@ -1,0 +1,103 @@
+"""Backs docs/measurements.md § Reuse that never changes an outcome: the naive tests of
+tests/unit/vllm_reuse/safety_suite.py (state left in an engine, a killed engine core, an error inside the
+``with`` block, a forked test, a test that fails only on a handed-on engine) with reuse off and on.
+
+    python benchmarks/reuse_safety.py --work DIR [--platform cpu|cuda] [--runs off,on]
+
+Builds the suite's tiny generation model once under DIR, runs the suite with plain pytest and the harness
+observing (reuse off), then with ``--harness-reuse``, each its own ledger. Prints each test's outcome in
+both runs and whether they are equal, vLLM starts (the parent's and forked children's) against the
+configurations, the refusals by reason, the safety net's findings, and the median seconds of a hand-off's
+checks and reset beside a start's. Exit 1 when an outcome differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "tests" / "unit" / "vllm_reuse" / "safety_suite.py"
+sys.path.insert(0, str(ROOT))
+
+from harness import ledger  # noqa: E402
+
+
+def model(work: Path) -> str:
+    from tests.models.conftest import minilm_path
+    from tests.models.generation.conftest import build
+
+    where = work / "model"
+    if not (where / "config.json").exists():
+        build("llama", minilm_path(), where)
+    return str(where)
+
+
+def run(work: Path, name: str, reuse: bool, platform: str) -> tuple[ledger.Ledger, float]:
+    here = work / name
+    shutil.rmtree(here, ignore_errors=True)
+    here.mkdir(parents=True)
+    shutil.copy(SUITE, here / "test_safety.py")
+    (here / "pyproject.toml").write_text("[tool.harness]\n")
+    env = {**os.environ, "SAFETY_MODEL": model(work), "HARNESS_PLATFORM": platform}
+    args = [sys.executable, "-m", "pytest", "test_safety.py", "-p", "no:cacheprovider", "-v"]
+    args += ["--harness-ledger-dir", str(here / "ledger"), *(["--harness-reuse"] if reuse else [])]
+    began = time.monotonic()
+    with open(here / "pytest.log", "w") as log:
+        subprocess.run(args, cwd=here, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+    return ledger.read(here / "ledger"), time.monotonic() - began
+
+
+def report(runs: dict[str, tuple[ledger.Ledger, float]]) -> int:
+    outcomes = {name: {t["nodeid"]: t["outcome"] for t in found.tests} for name, (found, _) in runs.items()}
+    names = list(runs)
+    tests = list(dict.fromkeys(t for found in outcomes.values() for t in found))
+    differ = 0
+    print(f"{'test':58} " + " ".join(f"{n:>8}" for n in names))
+    for test in tests:
+        row = [outcomes[n].get(test, "-") for n in names]
+        differ += len(set(row)) > 1
+        print(f"{test.split('::')[-1]:58} " + " ".join(f"{o:>8}" for o in row) + ("  DIFFERS" if len(set(row)) > 1 else ""))
+    for name, (found, wall) in runs.items():
+        vllm = [r for r in found.records if r["kind"] == "vllm"]
+        forked = [r for r in vllm if "." in str(r.get("worker") or "") or "." in str(r["id"]).split("-")[0]]
+        configurations = {r["fingerprint"] for r in vllm}
+        print(
+            f"\n{name}: {wall:.0f} s, vLLM starts {len(vllm)} ({len(forked)} in forked children), "
+            f"{len(configurations)} configurations, {len(found.reuses)} handed on"
+        )
+        for reason, count in ledger.refused_because(found.refusals):
+            print(f"  refused {count}x: {reason}")
+        for finding in found.findings:
+            if finding["type"] == "reuse-sensitive":
+                print(f"  safety net: {finding['message']}")
+        starts = [r["startup_s"] for r in vllm if r.get("startup_s")]
+        handoffs = [r["handoff_s"] for r in found.reuses if r.get("handoff_s") is not None]
+        if starts and handoffs:
+            print(
+                f"  a start: median {statistics.median(starts):.2f} s; a hand-off's checks and reset: median "
+                f"{statistics.median(handoffs):.3f} s (max {max(handoffs):.3f} s, {len(handoffs)} hand-offs)"
+            )
+    print(f"\noutcomes differing between runs: {differ}")
+    return 1 if differ else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--platform", default="cpu")
+    parser.add_argument("--runs", default="off,on")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    runs = {name: run(args.work, name, name == "on", args.platform) for name in args.runs.split(",")}
+    return report(runs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
