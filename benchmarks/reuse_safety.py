@@ -4,6 +4,8 @@ tests/unit/vllm_reuse/safety_suite.py (state left in an engine, a killed engine 
 
     python benchmarks/reuse_safety.py --work DIR [--platform cpu|cuda] [--runs off,on]
 
+``--runs on`` runs one of them and reads the other from an earlier call's DIR (a device call is short).
+
 Builds the suite's tiny generation model once under DIR, runs the suite with plain pytest and the harness
 observing (reuse off), then with ``--harness-reuse``, each its own ledger. Prints each test's outcome in
 both runs and whether they are equal, vLLM starts (the parent's and forked children's) against the
@@ -39,7 +41,7 @@ def model(work: Path) -> str:
     return str(where)
 
 
-def run(work: Path, name: str, reuse: bool, platform: str) -> tuple[ledger.Ledger, float]:
+def run(work: Path, name: str, reuse: bool, platform: str) -> None:
     here = work / name
     shutil.rmtree(here, ignore_errors=True)
     here.mkdir(parents=True)
@@ -51,7 +53,12 @@ def run(work: Path, name: str, reuse: bool, platform: str) -> tuple[ledger.Ledge
     began = time.monotonic()
     with open(here / "pytest.log", "w") as log:
         subprocess.run(args, cwd=here, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
-    return ledger.read(here / "ledger"), time.monotonic() - began
+    (here / "wall_s").write_text(f"{time.monotonic() - began:.1f}\n")
+
+
+def read(work: Path, name: str) -> tuple[ledger.Ledger, float]:
+    here = work / name
+    return ledger.read(here / "ledger"), float((here / "wall_s").read_text())
 
 
 def report(runs: dict[str, tuple[ledger.Ledger, float]]) -> int:
@@ -63,7 +70,11 @@ def report(runs: dict[str, tuple[ledger.Ledger, float]]) -> int:
     for test in tests:
         row = [outcomes[n].get(test, "-") for n in names]
         differ += len(set(row)) > 1
-        print(f"{test.split('::')[-1]:58} " + " ".join(f"{o:>8}" for o in row) + ("  DIFFERS" if len(set(row)) > 1 else ""))
+        print(
+            f"{test.split('::')[-1]:58} "
+            + " ".join(f"{o:>8}" for o in row)
+            + ("  DIFFERS" if len(set(row)) > 1 else "")
+        )
     for name, (found, wall) in runs.items():
         vllm = [r for r in found.records if r["kind"] == "vllm"]
         forked = [r for r in vllm if "." in str(r.get("worker") or "") or "." in str(r["id"]).split("-")[0]]
@@ -95,8 +106,11 @@ def main() -> int:
     parser.add_argument("--runs", default="off,on")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    runs = {name: run(args.work, name, name == "on", args.platform) for name in args.runs.split(",")}
-    return report(runs)
+    for name in args.runs.split(","):
+        run(args.work, name, name == "on", args.platform)
+    return report(
+        {name: read(args.work, name) for name in ("off", "on") if (args.work / name / "wall_s").exists()}
+    )
 
 
 if __name__ == "__main__":

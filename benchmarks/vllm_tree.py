@@ -130,6 +130,8 @@ def figures(directory: Path) -> dict:
         "configurations": {worker: len(keys) for worker, keys in configurations.items()},
         "reused": len(merged.reuses),
         "refused": [r["reason"] for r in merged.refusals],
+        "handoff_s": [r["handoff_s"] for r in merged.reuses if r.get("handoff_s") is not None],
+        "startup_s": [r["startup_s"] for r in ledger.started(merged.records) if r.get("startup_s")],
     }
 
 
@@ -230,6 +232,12 @@ def report(results: dict, compare: str, version: str) -> int:
         )
         for reason in result["refused"]:
             print(f"  reuse-refused: {reason}")
+        handoffs, startups = result.get("handoff_s"), result.get("startup_s")
+        if handoffs and startups:
+            print(
+                f"  a hand-off's checks and reset: median {statistics.median(handoffs):.3f} s "
+                f"({len(handoffs)}); a start: median {statistics.median(startups):.1f} s"
+            )
         if name != "hand-fixed":
             differ = sorted(
                 n

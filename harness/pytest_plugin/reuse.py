@@ -36,14 +36,12 @@ class Reuse:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """Before the test's fixtures: they may build runners too."""
-        fresh = None
-        if self.retrying:
-            fresh = RETRY
-        elif item.get_closest_marker("fresh_engine") is not None:
-            fresh = FRESH_MARKER
-        elif item.nodeid in self.sensitive:
-            fresh = REMEMBERED
-        self.pool.next_test(item.nodeid, fresh)
+        if item.get_closest_marker("fresh_engine") is not None:
+            self.pool.next_test(item.nodeid, FRESH_MARKER)
+        elif self.retrying or item.nodeid in self.sensitive:  # what it starts may stay warm after it
+            self.pool.next_test(item.nodeid, RETRY if self.retrying else REMEMBERED, leave=True)
+        else:
+            self.pool.next_test(item.nodeid)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):

@@ -73,7 +73,8 @@ class Pool:
         self.writer, self.capacity = writer, capacity
         self.warm: dict[str, Warm] = {}
         self.started: weakref.WeakKeyDictionary[Any, Started] = weakref.WeakKeyDictionary()
-        self.fresh = False  # the running test carries the fresh_engine marker (or is run again fresh)
+        self.fresh = False  # the running test carries the fresh_engine marker: it neither takes nor leaves
+        self.taking = True  # the running test may be handed a warm engine
         self.failed = False  # the running test failed: what it closes is not parked
         self.handed = 0  # engines handed on during the running test
         self.inherited: list[Warm] = []  # a forked child's: its parent's, never touched (see _forked)
@@ -108,7 +109,7 @@ class Pool:
         A warm engine of the same arguments (``base``) under another ``VLLM_*`` environment is not handed
         on: the refusal names the variables that differ.
         """
-        if self.fresh:
+        if self.fresh or not self.taking:
             return None
         warm = self.warm.pop(key, None)
         if warm is None:
@@ -192,11 +193,13 @@ class Pool:
             self._refused(key, self.warm[key].run, "its test failed", test=test)
             self._shut(key)
 
-    def next_test(self, test: str, fresh: str | None) -> None:
-        """``test`` begins, asking for fresh engines (``fresh``: why) or not; nothing was handed to it yet."""
-        self.failed, self.handed, self.fresh = False, 0, False
+    def next_test(self, test: str, fresh: str | None = None, leave: bool = False) -> None:
+        """``test`` begins: it asks for fresh engines (``fresh``: why) or not, and may leave what it starts
+        warm (``leave``: the safety net's retry) or not (``fresh_engine``); nothing was handed to it yet."""
+        self.failed, self.handed, self.fresh, self.taking = False, 0, False, True
         if fresh is not None:
             self.fresh_test(test, fresh)
+            self.fresh, self.taking = not leave, False
 
     def fresh_test(self, test: str, reason: str = FRESH_MARKER) -> None:
         """A test that asks for fresh engines begins: every warm engine is shut down, each with the reason."""

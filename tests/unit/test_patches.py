@@ -297,12 +297,12 @@ def test_a_test_that_fails_only_on_a_handed_on_engine_passes_on_fresh_ones_with_
     name = "test_suite.py::test_"
     assert [r["test"].removeprefix(name) for r in merged.records] == [
         "first",
-        "needs_a_fresh_engine",  # its second try (what it starts is not parked)
-        "between",
+        "needs_a_fresh_engine",  # its second try: what it starts is parked after it
         "fails_on_any_engine",  # its second try
     ]
     assert [r["test"].removeprefix(name) for r in merged.reuses] == [
         "needs_a_fresh_engine",
+        "between",  # the retry's engine
         "fails_on_any_engine",
     ]
     [finding] = [f for f in merged.findings if f["type"] == "reuse-sensitive"]
@@ -325,5 +325,5 @@ def test_a_test_that_fails_only_on_a_handed_on_engine_passes_on_fresh_ones_with_
     result.assert_outcomes(passed=2)
     assert [r["test"].removeprefix(name) for r in merged.records] == ["first", "needs_a_fresh_engine"]
     assert not [f for f in merged.findings if f["type"] == "reuse-sensitive"]
-    refusal = merged.refusals[0]  # the first test's warm engine, shut down as that test begins
+    [refusal] = merged.refusals  # the first test's warm engine, shut down as that test begins
     assert "reuse-sensitive" in refusal["reason"] and refusal["test"] == finding["test"]

@@ -18,6 +18,8 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # apply_model sends a function to the workers
 MODEL = os.environ["SAFETY_MODEL"]
 PROMPT = "a warm engine answers like a new one"
+# a GPU sleeps at levels 1 and 2 only in sleep mode; vLLM's CPU backend sleeps without it
+SLEEP = {"enable_sleep_mode": True} if os.environ.get("HARNESS_PLATFORM") == "cuda" else {}
 FRESH: dict = {}  # what the first engine answered before anything was done to it
 
 
@@ -25,8 +27,8 @@ class OwnRunner:
     def __init__(self, model_name: str, **kwargs):
         from vllm import LLM
 
-        kwargs = {"dtype": "float32", "max_model_len": 256, "enforce_eager": True, "seed": 0, **kwargs}
-        self.llm = LLM(model=model_name, gpu_memory_utilization=0.3, **kwargs)
+        kwargs = {"dtype": "float32", "max_model_len": 256, "enforce_eager": True, **SLEEP, **kwargs}
+        self.llm = LLM(model=model_name, gpu_memory_utilization=0.3, seed=0, **kwargs)
 
     def __enter__(self):
         return self
