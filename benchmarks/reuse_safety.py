@@ -4,7 +4,8 @@ tests/unit/vllm_reuse/safety_suite.py (state left in an engine, a killed engine 
 
     python benchmarks/reuse_safety.py --work DIR [--platform cpu|cuda] [--runs off,on]
 
-``--runs on`` runs one of them and reads the other from an earlier call's DIR (a device call is short).
+``--runs on`` runs one of them and reads the other from an earlier call's DIR (a device call is short);
+``-k EXPR`` runs a part of the suite (``-k EXPR --part N`` keeps it apart from the rest of its run).
 
 Builds the suite's tiny generation model once under DIR, runs the suite with plain pytest and the harness
 observing (reuse off), then with ``--harness-reuse``, each its own ledger. Prints each test's outcome in
@@ -41,7 +42,7 @@ def model(work: Path) -> str:
     return str(where)
 
 
-def run(work: Path, name: str, reuse: bool, platform: str) -> None:
+def run(work: Path, name: str, reuse: bool, platform: str, select: str | None) -> None:
     here = work / name
     shutil.rmtree(here, ignore_errors=True)
     here.mkdir(parents=True)
@@ -50,6 +51,7 @@ def run(work: Path, name: str, reuse: bool, platform: str) -> None:
     env = {**os.environ, "SAFETY_MODEL": model(work), "HARNESS_PLATFORM": platform}
     args = [sys.executable, "-m", "pytest", "test_safety.py", "-p", "no:cacheprovider", "-v"]
     args += ["--harness-ledger-dir", str(here / "ledger"), *(["--harness-reuse"] if reuse else [])]
+    args += ["-k", select] if select else []
     began = time.monotonic()
     with open(here / "pytest.log", "w") as log:
         subprocess.run(args, cwd=here, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
@@ -57,8 +59,14 @@ def run(work: Path, name: str, reuse: bool, platform: str) -> None:
 
 
 def read(work: Path, name: str) -> tuple[ledger.Ledger, float]:
-    here = work / name
-    return ledger.read(here / "ledger"), float((here / "wall_s").read_text())
+    """Run ``name``'s ledger and wall, its parts (``--part``) merged."""
+    merged, wall = ledger.Ledger(), 0.0
+    for here in sorted(p.parent for p in work.glob(f"{name}*/wall_s")):
+        found = ledger.read(here / "ledger")
+        for field in ("records", "tests", "findings", "reuses", "refusals"):
+            getattr(merged, field).extend(getattr(found, field))
+        wall += float((here / "wall_s").read_text())
+    return merged, wall
 
 
 def report(runs: dict[str, tuple[ledger.Ledger, float]]) -> int:
@@ -104,13 +112,14 @@ def main() -> int:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--platform", default="cpu")
     parser.add_argument("--runs", default="off,on")
+    parser.add_argument("-k", dest="select", help="pytest's -k: a part of the suite")
+    parser.add_argument("--part", default="", help="a suffix of the run's folder, for a part")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     for name in args.runs.split(","):
-        run(args.work, name, name == "on", args.platform)
-    return report(
-        {name: read(args.work, name) for name in ("off", "on") if (args.work / name / "wall_s").exists()}
-    )
+        run(args.work, name + args.part, name == "on", args.platform, args.select)
+    done = [name for name in ("off", "on") if any(args.work.glob(f"{name}*/wall_s"))]
+    return report({name: read(args.work, name) for name in done})
 
 
 if __name__ == "__main__":

@@ -92,11 +92,11 @@ def _record(config: pytest.Config, here: Context) -> None:
         if not config.pluginmanager.is_registered(order):  # a first run: tests grouped by their parameters
             config.pluginmanager.register(order, order.__name__)
     if here.settings.reuse_hf:
-        from harness.pytest_plugin.reuse import ClearShelf
+        from harness.pytest_plugin.reuse import Closing
         from harness.tracking.hf_reuse import Shelf
 
         here.shelf = Shelf(writer)
-        config.pluginmanager.register(ClearShelf(here.shelf), "harness-hf-reuse")
+        config.pluginmanager.register(Closing(here.shelf), "harness-hf-reuse")
     if here.settings.freeze_collected:
         from harness.pytest_plugin.frozen import Frozen
 

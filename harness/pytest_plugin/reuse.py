@@ -21,7 +21,7 @@ from harness.tracking.reuse import FRESH_MARKER
 
 if TYPE_CHECKING:
     from harness.ledger.writer import LedgerWriter
-    from harness.tracking.reuse import Pool
+    from harness.tracking.reuse import Keeper, Pool
 
 RETRY = "the test failed on a handed-on engine: it runs again on fresh engines"
 REMEMBERED = "the test failed on a handed-on engine in the run given as history (reuse-sensitive)"
@@ -96,11 +96,12 @@ def _sensitive() -> frozenset[str]:
     return frozenset(test for test, value in order.load(path).items() if value == SENSITIVE)
 
 
-class ClearShelf:
-    """Kept HF models go at the session's end, their stops recorded before the summary reads them."""
+class Closing:
+    """A keeper's runners go at the session's end (kept HF models), their stops recorded before the summary
+    reads them."""
 
-    def __init__(self, shelf) -> None:
-        self.shelf = shelf
+    def __init__(self, keeper: Keeper) -> None:
+        self.keeper = keeper
 
     def pytest_sessionfinish(self) -> None:
-        self.shelf.clear()
+        self.keeper.close()

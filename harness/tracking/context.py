@@ -37,8 +37,10 @@ class Context:
         self.platform, self.settings = platform, settings
         self.owner = Attribution()
         self.writer: LedgerWriter | None = None  # None: not recording
-        self.pool: Any = None  # harness.tracking.reuse.Pool when reuse is on (it builds on this module)
-        self.shelf: Any = None  # harness.tracking.hf_reuse.Shelf when HF reuse is on
+        # the keepers (harness.tracking.reuse.Keeper; they build on this module): the vLLM reuse pool when
+        # reuse is on, the HF shelf when HF reuse is on
+        self.pool: Any = None
+        self.shelf: Any = None
         self.unchecked: list[Any] = []  # stopped runs whose release is not checked yet
         self._holders: Holders | None = None
         self._lock = threading.Lock()

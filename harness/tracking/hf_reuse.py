@@ -34,13 +34,13 @@ class Kept:
 
 
 class Shelf:
-    """The HF models of this process that may be handed on, one per configuration."""
+    """The HF models of this process that may be handed on, one per configuration (a ``reuse.Keeper``)."""
 
     def __init__(self, writer: LedgerWriter):
         self.writer = writer
         self.kept: dict[str, Kept] = {}
 
-    def keep(self, key: str, model: Any, run: Run) -> None:
+    def park(self, key: str, model: Any, run: Run) -> None:
         """Keep ``model``, just loaded by ``run``."""
         self.kept[key] = Kept(model, run, digest(model), [m.training for m in model.modules()])
 
@@ -53,7 +53,7 @@ class Shelf:
             return None
         reason = _changed(kept)
         if reason is not None:
-            self._refuse(key, reason)
+            self._refused(key, reason)
             return None
         owner = current().owner.current()
         holder = current().holders.release(kept.run.id)
@@ -71,7 +71,7 @@ class Shelf:
         )
         return kept.model
 
-    def _refuse(self, key: str, reason: str) -> None:
+    def _refused(self, key: str, reason: str) -> None:
         kept = self.kept.pop(key)
         self.writer.write(
             "reuse-refused",
@@ -92,9 +92,9 @@ class Shelf:
         if not self.kept or fraction is None or context.platform.name == "cpu":
             return
         if any(r.free_bytes < fraction * r.total_bytes for r in context.platform.memory().values()):
-            self.clear()
+            self.close()
 
-    def clear(self) -> None:
+    def close(self) -> None:
         """Drop every kept model (a vLLM start needs the room, or the session ends)."""
         if self.kept:
             self.kept.clear()

@@ -163,7 +163,7 @@ def _patch_transformers(module) -> None:
         if run is not None:
             run.watch(model)
             if key is not None:
-                shelf.keep(key, model, run)
+                shelf.park(key, model, run)
         return model
 
     from_pretrained.__harness__ = True  # type: ignore[attr-defined]
@@ -205,7 +205,7 @@ def _patch_sentence_transformers(module) -> None:
         if run is not None:
             run.watch(self)
             if fingerprinted is not None:
-                current().shelf.keep(fingerprinted, self, run)
+                current().shelf.park(fingerprinted, self, run)
 
     __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__new__ = __new__

@@ -16,18 +16,31 @@ never stops, parks or takes its parent's engines, which the parent hands on afte
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from harness.ledger.writer import LedgerWriter
 from harness.tracking.context import current
 from harness.tracking.starts import Run
 
 FRESH_MARKER = "the next test asked for a fresh engine (fresh_engine marker)"
+
+
+class Keeper(Protocol):
+    """What keeps runners warm for the next start of their configuration, in one vocabulary: the vLLM
+    ``Pool`` and the HF ``hf_reuse.Shelf``. A runner is parked after its start or close, taken (handed on,
+    ``runner-reused``) or refused (``reuse-refused``, with the reason), and closed at the session's end."""
+
+    def take(self, key: str) -> Any | None: ...
+
+    def make_room(self, fraction: float | None) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -281,6 +294,18 @@ def _refusal(engine, began: Started | None, fresh: bool, reset, state) -> str | 
     if began is None:
         return "the harness did not see it start"
     reason = reset(engine)
-    if reason is None and state(engine) != began.state:
-        return "its configuration changed while in use (no reset undoes that)"
+    if reason is None and (now := state(engine)) != began.state:
+        return f"its {_changed(began.state, now)} changed while in use (no reset undoes that)"
     return reason
+
+
+def _changed(before: str, now: str) -> str:
+    """What differs between two states: the names of a JSON object's parts that differ (the engine's
+    ``state`` names them: configuration, tokenizer, ...), else "configuration"."""
+    try:
+        then, later = json.loads(before), json.loads(now)
+    except ValueError:
+        return "configuration"
+    if not isinstance(then, dict) or not isinstance(later, dict):
+        return "configuration"
+    return " and ".join(k for k in dict.fromkeys([*then, *later]) if then.get(k) != later.get(k))

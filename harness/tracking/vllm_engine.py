@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import json
 import os
 import sys
 import threading
@@ -36,6 +37,7 @@ class Use:
 
 _stops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> its engine's real stop
 _uses: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> Use
+_refused: weakref.WeakSet = weakref.WeakSet()  # LLMs the pool refused: a later shutdown only stops them
 
 
 def watch_engine(llm, run: Run) -> None:
@@ -125,13 +127,13 @@ def _park(llm, stop: Callable[[], object], own: bool = False) -> bool:
     The pool stops a parked engine later with ``stop``, the shutdown its owner asked for.
     """
     pool = current().pool
-    if pool is None:
+    if pool is None or llm in _refused:  # vLLM's own monitor shuts a dead engine down again
         return False
     if pool.holds(llm):  # stopped again while parked: its owner means it
         pool.drop(llm)
         return False
     began = pool.started.get(llm)
-    return pool.park(
+    parked = pool.park(
         began.key if began is not None else "",
         llm,
         fresh=False,
@@ -142,6 +144,9 @@ def _park(llm, stop: Callable[[], object], own: bool = False) -> bool:
         release=release,
         refused=_unparkable(llm, own) or _left_by_error(),
     )
+    if not parked:
+        _refused.add(llm)
+    return parked
 
 
 def _left_by_error() -> str | None:
@@ -185,7 +190,9 @@ def _unparkable(llm, own: bool) -> str | None:
 
 def _used(use: Use) -> str | None:
     if use.rpc is not None:
-        return f"code ran in its workers ({use.rpc}: collective_rpc, apply_model): its weights may differ"
+        return (
+            f"code ran in its workers through collective_rpc or apply_model ({use.rpc}): weights may differ"
+        )
     if use.deep_sleep:
         return "it slept at level 2: its weights were discarded"
     if use.random:
@@ -239,19 +246,20 @@ def state(llm) -> str:
         model = config.model_config
     except AttributeError:
         return ""
-    parts = [
-        str(config),
-        repr(getattr(model, "override_generation_config", None)),
-        repr(getattr(model, "generation_config", None)),
-        _tokenizer(llm),
-    ]
+    parts = {
+        "configuration": str(config),
+        "generation config": repr(
+            (getattr(model, "override_generation_config", None), getattr(model, "generation_config", None))
+        ),
+        "tokenizer": _tokenizer(llm),
+    }
     version = getattr(engine, "get_weight_version", None)
     if version is not None:
         try:
-            parts.append(str(version()))
+            parts["weight version"] = str(version())
         except Exception as error:  # an engine that cannot say is compared by what it says
-            parts.append(type(error).__name__)
-    return "\n".join(parts)
+            parts["weight version"] = type(error).__name__
+    return json.dumps(parts)
 
 
 TOKENIZER_FIELDS = ("padding_side", "truncation_side", "model_max_length", "chat_template", "add_bos_token")
