@@ -70,8 +70,6 @@ class VllmRunner:
         **kwargs: Any,
     ) -> None:
         __tracebackhide__ = True
-        from vllm import LLM
-
         self.platform, self.settings = _environment()
         if gpu_memory_utilization is None:
             gpu_memory_utilization = GPU_MEMORY_UTILIZATION.get(self.platform.name)
@@ -88,7 +86,9 @@ class VllmRunner:
             dtype=dtype,
             enforce_eager=enforce_eager,
         )
-        self.llm = LLM(model=model_name, **kwargs)  # with reuse on, a warm engine of this configuration
+        self.llm = vllm_engine.new_llm(
+            model=model_name, **kwargs
+        )  # reuse on: a warm one of this configuration
 
     def __enter__(self) -> VllmRunner:
         return self
@@ -146,9 +146,9 @@ class VllmRunner:
 
     def generate_greedy(self, prompts: list, max_tokens: int, **kwargs: Any) -> list[tuple[list[int], str]]:
         """Greedy decoding: per prompt, (prompt + output ids, prompt + output text)."""
-        from vllm import SamplingParams
-
-        outputs = self.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens), **kwargs)
+        outputs = self.generate(
+            prompts, vllm_engine.sampling(temperature=0.0, max_tokens=max_tokens), **kwargs
+        )
         return [(ids[0], texts[0]) for ids, texts in outputs]
 
     def generate_w_logprobs(
@@ -177,9 +177,7 @@ class VllmRunner:
         **kwargs: Any,
     ) -> list[tuple]:
         """Greedy decoding with per generated position ``{token id: Logprob}`` of the top tokens."""
-        from vllm import SamplingParams
-
-        params = SamplingParams(
+        params = vllm_engine.sampling(
             temperature=0.0,
             max_tokens=max_tokens,
             logprobs=num_logprobs,
@@ -193,11 +191,9 @@ class VllmRunner:
         self, prompts: list, beam_width: int, max_tokens: int, concurrency_limit: int | None = None
     ) -> list[tuple[list[list[int]], list[str]]]:
         """Beam search: per prompt ``([ids per beam], [text per beam])``, best first, prompt included."""
-        from vllm.sampling_params import BeamSearchParams
-
         outputs = self.llm.beam_search(
             self.get_inputs(prompts),
-            BeamSearchParams(beam_width=beam_width, max_tokens=max_tokens),
+            vllm_engine.beam_search(beam_width=beam_width, max_tokens=max_tokens),
             concurrency_limit=concurrency_limit,
         )
         return [([list(s.tokens) for s in o.sequences], [s.text for s in o.sequences]) for o in outputs]

@@ -14,130 +14,14 @@ import ast
 import functools
 import importlib.abc
 import importlib.util
-import inspect
 import sys
 import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from harness.tracking import vllm_engine
 from harness.tracking.context import current
-
-VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature cannot be read
-
-
-def _patch_vllm(module) -> None:
-    # when the suite imports vLLM, not before
-    from harness.tracking.starts import learn, reuse_key, starting, vllm_configuration
-    from harness.tracking.vllm_engine import state, watch_engine
-
-    cls = module.LLM
-    original = cls.__init__
-    if getattr(original, "__harness__", False):
-        return
-    parameter = inspect.signature(original).parameters.get("gpu_memory_utilization")
-    default = VLLM_DEFAULT_UTILIZATION if parameter is None else parameter.default
-    handed: weakref.WeakSet = weakref.WeakSet()  # LLMs the pool handed on, whose __init__ runs next
-    previous_new = cls.__new__
-
-    def __new__(klass, *args, **kwargs):
-        """With reuse on, ``LLM(...)`` of a configuration the pool keeps warm is that warm LLM."""
-        pool = current().pool
-        if pool is not None and klass is cls and args + tuple(kwargs):  # copy/pickle pass none
-            try:
-                config, arguments, variables = vllm_configuration(original, (None, *args), kwargs)
-            except TypeError:  # arguments LLM itself refuses: its __init__ says so
-                config = None
-            engine = (
-                None if config is None else pool.take(reuse_key(config, args, kwargs), arguments, variables)
-            )
-            if engine is not None:
-                handed.add(engine)
-                return engine
-        if previous_new is object.__new__:  # object's takes no arguments
-            return object.__new__(klass)
-        return previous_new(klass, *args, **kwargs)
-
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        __tracebackhide__ = True
-        if self in handed:  # a warm engine handed on by __new__: already built
-            handed.discard(self)
-            return
-        config, arguments, variables = vllm_configuration(original, (self, *args), kwargs)
-        fraction = float(config.get("gpu_memory_utilization", default))
-        ranks = int(config.get("tensor_parallel_size", 1)) * int(config.get("pipeline_parallel_size", 1))
-        devices = tuple(range(ranks))
-        pool = current().pool
-        if pool is not None:  # warm engines go first: reuse never puts a new engine beside them
-            pool.make_room(fraction)
-        if current().shelf is not None:  # kept HF models go where the engine needs their memory
-            current().shelf.make_room(fraction)
-        with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
-            original(self, *args, **kwargs)
-        learn(variables)
-        if run is not None:
-            watch_engine(self, run)
-        if pool is not None:
-            pool.track(self, run, state(self), reuse_key(config, args, kwargs), arguments, variables)
-
-    __init__.__harness__ = True  # type: ignore[attr-defined]
-    cls.__new__ = staticmethod(__new__)
-    cls.__init__ = __init__
-
-
-def _patch_vllm_server(module) -> None:
-    """``AsyncLLM``: the engine ``vllm serve`` builds (in a process a fixture spawned, like vLLM's
-    ``RemoteOpenAIServer``), from a ``VllmConfig`` rather than arguments."""
-    from harness.tracking.starts import starting
-
-    cls = module.AsyncLLM
-    original = cls.__init__
-    if getattr(original, "__harness__", False):
-        return
-
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        __tracebackhide__ = True
-        try:
-            model, config, fraction, ranks = _served(kwargs.get("vllm_config", args[0] if args else None))
-        except Exception as error:  # vLLM moved a field: the server starts, unrecorded, with a finding
-            _not_tracked(
-                TARGETS[module.__name__], f"its VllmConfig changed ({type(error).__name__}: {error})"
-            )
-            original(self, *args, **kwargs)
-            return
-        with starting("vllm", model, config, fraction=fraction, devices=tuple(range(ranks))) as run:
-            original(self, *args, **kwargs)
-        if run is not None:
-            _watch_shutdown(self, run)
-
-    __init__.__harness__ = True  # type: ignore[attr-defined]
-    cls.__init__ = __init__
-
-
-def _served(vllm_config) -> tuple[str, dict, float, int]:
-    """Model, configuration (for the fingerprint), declared fraction and ranks of an ``AsyncLLM``."""
-    model, cache, parallel = vllm_config.model_config, vllm_config.cache_config, vllm_config.parallel_config
-    ranks = parallel.tensor_parallel_size * parallel.pipeline_parallel_size
-    config = {
-        "class": "AsyncLLM",
-        "model": model.model,
-        "runner": model.runner_type,
-        "dtype": str(model.dtype),
-        "max_model_len": model.max_model_len,
-        "gpu_memory_utilization": cache.gpu_memory_utilization,
-        "tensor_parallel_size": parallel.tensor_parallel_size,
-        "pipeline_parallel_size": parallel.pipeline_parallel_size,
-    }
-    return model.model, config, cache.gpu_memory_utilization, ranks
-
-
-def _watch_shutdown(engine, run) -> None:
-    """Record the stop at the engine's own ``shutdown`` (``vllm serve`` calls it on its way out), or when
-    the engine is collected."""
-    engine.shutdown = run.stopping(engine.shutdown)
-    run.watch(engine)
 
 
 def _patch_transformers(module) -> None:
@@ -235,8 +119,7 @@ class Target(NamedTuple):
 TARGETS = {
     target.module: target
     for target in (
-        Target("vllm.entrypoints.llm", "LLM", "__init__", _patch_vllm),
-        Target("vllm.v1.engine.async_llm", "AsyncLLM", "__init__", _patch_vllm_server),
+        *(Target(*target) for target in vllm_engine.TARGETS),
         Target("transformers.modeling_utils", "PreTrainedModel", "from_pretrained", _patch_transformers),
         Target("sentence_transformers", "SentenceTransformer", "__init__", _patch_sentence_transformers),
     )
@@ -279,14 +162,9 @@ def _apply(target: Target, module) -> None:
 
 
 def _not_tracked(target: Target, why: str) -> None:
-    ledger = current().writer
-    if ledger is not None:
-        ledger.write(
-            "finding",
-            type="not-tracked",
-            message=f"{target.label} is not tracked: {why}; its runners are neither recorded nor admitted "
-            "(harness doctor shows what the harness finds in the installed library)",
-        )
+    from harness.tracking.starts import not_tracked  # a library that changed: the recording path with it
+
+    not_tracked(target.label, why)
 
 
 def check_untracked() -> None:

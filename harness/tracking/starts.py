@@ -14,7 +14,6 @@ import inspect
 import json
 import os
 import re
-import sys
 import threading
 import time
 import weakref
@@ -92,82 +91,16 @@ def fingerprint(kind: str, config: dict) -> str:
     return hashlib.sha256(json.dumps([kind, config], sort_keys=True).encode()).hexdigest()[:12]
 
 
-_set_by_vllm: dict[str, str] = {}  # variables vLLM set itself while building an engine, and to what
-
-# what changes an engine besides its arguments and vLLM's own list (``vllm.envs.environment_variables``):
-# device masks, and the libraries vLLM builds on
-MASKS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
-PREFIXES = ("VLLM_", "HF_", "PYTORCH_", "NCCL_")
-
-
-def _read_by_vllm() -> frozenset[str]:
-    """The variables vLLM reads, from its own list where the loaded vLLM has one."""
-    envs = sys.modules.get("vllm.envs")
-    listed = getattr(envs, "environment_variables", None)
-    return frozenset(listed if isinstance(listed, dict) else ()) | frozenset(MASKS)
-
-
-def environment() -> dict[str, str]:
-    """The variables of this process that change a vLLM engine: vLLM reads them while it builds one (its
-    engine processes inherit them), so they are as much a start's configuration as its arguments. Those
-    vLLM set itself (``learn``) are left out while they keep the value it gave them: the next start of the
-    same configuration finds them set, and must still match."""
-    names = _read_by_vllm()
-    return {
-        name: value
-        for name, value in sorted(os.environ.items())
-        if (name in names or name.startswith(PREFIXES)) and _set_by_vllm.get(name) != value
-    }
-
-
-def learn(before: dict[str, str]) -> None:
-    """After vLLM built an engine: the variables set or changed since ``before`` (its ``environment()``)
-    are vLLM's own (it forces ``VLLM_WORKER_MULTIPROC_METHOD=spawn``, for one), not the suite's."""
-    for name, value in environment().items():
-        if before.get(name) != value:
-            _set_by_vllm[name] = value
-
-
-def vllm_configuration(function, args: tuple, kwargs: dict) -> tuple[dict, str, dict[str, str]]:
-    """A ``vllm.LLM`` call's configuration (``normalise``, the local model's place and files, and
-    ``environment`` when any is set), the fingerprint of its arguments alone, and the environment."""
-    config = normalise(function, args, kwargs)
-    for name in ("model", "tokenizer"):
-        if (local := _local(config.get(name))) is not None:
-            config[f"{name}_files"] = local
-    arguments = fingerprint("vllm", config)
-    variables = environment()
-    if variables:
-        config["environment"] = variables
-    return config, arguments, variables
-
-
-def _local(path: object) -> str | None:
-    """A local model's absolute place and the identity of its files (names, sizes, change times): the same
-    relative path elsewhere, or files changed in place, are another model. None for a hub name."""
-    if not isinstance(path, str) or not os.path.exists(path):
-        return None
-    where = os.path.abspath(path)
-    try:
-        files = sorted(
-            (e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(where) if e.is_file()
+def not_tracked(label: str, why: str) -> None:
+    """A ``not-tracked`` finding: runners of ``label`` (``vllm.LLM``) start unrecorded, and why."""
+    ledger = current().writer
+    if ledger is not None:
+        ledger.write(
+            "finding",
+            type="not-tracked",
+            message=f"{label} is not tracked: {why}; its runners are neither recorded nor admitted "
+            "(harness doctor shows what the harness finds in the installed library)",
         )
-    except NotADirectoryError:
-        files = [(where, os.stat(where).st_size, os.stat(where).st_mtime_ns)]
-    except OSError as error:  # unreadable: its place alone
-        files = [(type(error).__name__, 0, 0)]
-    return f"{where} {hashlib.sha256(repr(files).encode()).hexdigest()[:12]}"
-
-
-def reuse_key(config: dict, args: tuple, kwargs: dict) -> str:
-    """The reuse pool's key of a start: its fingerprint, and the identity of each argument that is not
-    plain data (a callable, an object): two that print alike are the same only if they are one object."""
-    objects = [id(v) for v in (*args, *kwargs.values()) if not isinstance(v, _PLAIN)]
-    key = fingerprint("vllm", config)
-    return key if not objects else f"{key}-{hashlib.sha256(repr(objects).encode()).hexdigest()[:8]}"
-
-
-_PLAIN = (str, int, float, bool, type(None), list, tuple, dict)
 
 
 def _children() -> set[int]:

@@ -1,5 +1,8 @@
-"""The one module that reaches into vLLM internals: how a live ``vllm.LLM`` engine is stopped, parked for
-reuse, checked, reset and released.
+"""The vLLM adapter: the one module of the harness that knows vLLM's modules and internals. How
+``vllm.LLM`` and ``AsyncLLM`` are wrapped (``TARGETS``, for ``tracking.patches``), what an engine's reuse
+key holds (its arguments, the environment that changes an engine, a local model's files), and how a live
+engine is stopped, parked for reuse, checked, reset and released; the public calls the harness's own
+``VllmRunner`` makes. ``tests/unit/test_architecture.py`` keeps vLLM's names out of every other module.
 
 A hand-off never changes an outcome: an engine is parked only when it is alive, idle, awake and reset
 within a time limit, and when nothing a reset cannot undo happened to it (watched as it happens: code run
@@ -12,6 +15,7 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -19,11 +23,13 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from harness.memory.waits import settle
-from harness.platform import allocator
 from harness.tracking.context import current
-from harness.tracking.starts import Run
+
+if TYPE_CHECKING:  # every recording session imports this module (patches): the recording path and the
+    # memory policy are imported where vLLM is, as its wrappers first need them
+    from harness.tracking.starts import Run
 
 
 @dataclass
@@ -38,6 +44,209 @@ class Use:
 _stops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> its engine's real stop
 _uses: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> Use
 _refused: weakref.WeakSet = weakref.WeakSet()  # LLMs the pool refused: a later shutdown only stops them
+
+
+VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature cannot be read
+
+
+def patch_llm(module) -> None:
+    """Wrap ``vllm.LLM``: every start recorded and admitted; with reuse on, a warm engine of the call's
+    configuration handed on instead (``__new__``), every new one tracked by the pool."""
+    from harness.tracking.starts import starting
+
+    cls = module.LLM
+    original = cls.__init__
+    if getattr(original, "__harness__", False):
+        return
+    parameter = inspect.signature(original).parameters.get("gpu_memory_utilization")
+    default = VLLM_DEFAULT_UTILIZATION if parameter is None else parameter.default
+    handed: weakref.WeakSet = weakref.WeakSet()  # LLMs the pool handed on, whose __init__ runs next
+    previous_new = cls.__new__
+
+    def __new__(klass, *args, **kwargs):
+        """With reuse on, ``LLM(...)`` of a configuration the pool keeps warm is that warm LLM."""
+        pool = current().pool
+        if pool is not None and klass is cls and args + tuple(kwargs):  # copy/pickle pass none
+            try:
+                config, arguments, variables = vllm_configuration(original, (None, *args), kwargs)
+            except TypeError:  # arguments LLM itself refuses: its __init__ says so
+                config = None
+            engine = (
+                None if config is None else pool.take(reuse_key(config, args, kwargs), arguments, variables)
+            )
+            if engine is not None:
+                handed.add(engine)
+                return engine
+        if previous_new is object.__new__:  # object's takes no arguments
+            return object.__new__(klass)
+        return previous_new(klass, *args, **kwargs)
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        __tracebackhide__ = True
+        if self in handed:  # a warm engine handed on by __new__: already built
+            handed.discard(self)
+            return
+        config, arguments, variables = vllm_configuration(original, (self, *args), kwargs)
+        fraction = float(config.get("gpu_memory_utilization", default))
+        ranks = int(config.get("tensor_parallel_size", 1)) * int(config.get("pipeline_parallel_size", 1))
+        devices = tuple(range(ranks))
+        pool = current().pool
+        if pool is not None:  # warm engines go first: reuse never puts a new engine beside them
+            pool.make_room(fraction)
+        if current().shelf is not None:  # kept HF models go where the engine needs their memory
+            current().shelf.make_room(fraction)
+        with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
+            original(self, *args, **kwargs)
+        learn(variables)
+        if run is not None:
+            watch_engine(self, run)
+        if pool is not None:
+            pool.track(self, run, state(self), reuse_key(config, args, kwargs), arguments, variables)
+
+    __init__.__harness__ = True  # type: ignore[attr-defined]
+    cls.__new__ = staticmethod(__new__)
+    cls.__init__ = __init__
+
+
+def patch_server(module) -> None:
+    """``AsyncLLM``: the engine ``vllm serve`` builds (in a process a fixture spawned, like vLLM's
+    ``RemoteOpenAIServer``), from a ``VllmConfig`` rather than arguments."""
+    from harness.tracking.starts import not_tracked, starting
+
+    cls = module.AsyncLLM
+    original = cls.__init__
+    if getattr(original, "__harness__", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        __tracebackhide__ = True
+        try:
+            model, config, fraction, ranks = _served(kwargs.get("vllm_config", args[0] if args else None))
+        except Exception as error:  # vLLM moved a field: the server starts, unrecorded, with a finding
+            not_tracked("vllm.AsyncLLM", f"its VllmConfig changed ({type(error).__name__}: {error})")
+            original(self, *args, **kwargs)
+            return
+        with starting("vllm", model, config, fraction=fraction, devices=tuple(range(ranks))) as run:
+            original(self, *args, **kwargs)
+        if run is not None:
+            _watch_shutdown(self, run)
+
+    __init__.__harness__ = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+
+
+def _served(vllm_config) -> tuple[str, dict, float, int]:
+    """Model, configuration (for the fingerprint), declared fraction and ranks of an ``AsyncLLM``."""
+    model, cache, parallel = vllm_config.model_config, vllm_config.cache_config, vllm_config.parallel_config
+    ranks = parallel.tensor_parallel_size * parallel.pipeline_parallel_size
+    config = {
+        "class": "AsyncLLM",
+        "model": model.model,
+        "runner": model.runner_type,
+        "dtype": str(model.dtype),
+        "max_model_len": model.max_model_len,
+        "gpu_memory_utilization": cache.gpu_memory_utilization,
+        "tensor_parallel_size": parallel.tensor_parallel_size,
+        "pipeline_parallel_size": parallel.pipeline_parallel_size,
+    }
+    return model.model, config, cache.gpu_memory_utilization, ranks
+
+
+def _watch_shutdown(engine, run) -> None:
+    """Record the stop at the engine's own ``shutdown`` (``vllm serve`` calls it on its way out), or when
+    the engine is collected."""
+    engine.shutdown = run.stopping(engine.shutdown)
+    run.watch(engine)
+
+
+_set_by_vllm: dict[str, str] = {}  # variables vLLM set itself while building an engine, and to what
+
+# what changes an engine besides its arguments and vLLM's own list (``vllm.envs.environment_variables``):
+# device masks, and the libraries vLLM builds on
+MASKS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+PREFIXES = ("VLLM_", "HF_", "PYTORCH_", "NCCL_")
+
+
+def _read_by_vllm() -> frozenset[str]:
+    """The variables vLLM reads, from its own list where the loaded vLLM has one."""
+    envs = sys.modules.get("vllm.envs")
+    listed = getattr(envs, "environment_variables", None)
+    return frozenset(listed if isinstance(listed, dict) else ()) | frozenset(MASKS)
+
+
+def environment() -> dict[str, str]:
+    """The variables of this process that change a vLLM engine: vLLM reads them while it builds one (its
+    engine processes inherit them), so they are as much a start's configuration as its arguments. Those
+    vLLM set itself (``learn``) are left out while they keep the value it gave them: the next start of the
+    same configuration finds them set, and must still match."""
+    names = _read_by_vllm()
+    return {
+        name: value
+        for name, value in sorted(os.environ.items())
+        if (name in names or name.startswith(PREFIXES)) and _set_by_vllm.get(name) != value
+    }
+
+
+def learn(before: dict[str, str]) -> None:
+    """After vLLM built an engine: the variables set or changed since ``before`` (its ``environment()``)
+    are vLLM's own (it forces ``VLLM_WORKER_MULTIPROC_METHOD=spawn``, for one), not the suite's."""
+    for name, value in environment().items():
+        if before.get(name) != value:
+            _set_by_vllm[name] = value
+
+
+def vllm_configuration(function, args: tuple, kwargs: dict) -> tuple[dict, str, dict[str, str]]:
+    """A ``vllm.LLM`` call's configuration (``normalise``, the local model's place and files, and
+    ``environment`` when any is set), the fingerprint of its arguments alone, and the environment."""
+    from harness.tracking.starts import fingerprint, normalise
+
+    config = normalise(function, args, kwargs)
+    for name in ("model", "tokenizer"):
+        if (local := _local(config.get(name))) is not None:
+            config[f"{name}_files"] = local
+    arguments = fingerprint("vllm", config)
+    variables = environment()
+    if variables:
+        config["environment"] = variables
+    return config, arguments, variables
+
+
+def _local(path: object) -> str | None:
+    """A local model's absolute place and the identity of its files (names, sizes, change times): the same
+    relative path elsewhere, or files changed in place, are another model. None for a hub name."""
+    if not isinstance(path, str) or not os.path.exists(path):
+        return None
+    where = os.path.abspath(path)
+    try:
+        files = sorted(
+            (e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(where) if e.is_file()
+        )
+    except NotADirectoryError:
+        files = [(where, os.stat(where).st_size, os.stat(where).st_mtime_ns)]
+    except OSError as error:  # unreadable: its place alone
+        files = [(type(error).__name__, 0, 0)]
+    return f"{where} {hashlib.sha256(repr(files).encode()).hexdigest()[:12]}"
+
+
+def reuse_key(config: dict, args: tuple, kwargs: dict) -> str:
+    """The reuse pool's key of a start: its fingerprint, and the identity of each argument that is not
+    plain data (a callable, an object): two that print alike are the same only if they are one object."""
+    from harness.tracking.starts import fingerprint
+
+    objects = [id(v) for v in (*args, *kwargs.values()) if not isinstance(v, _PLAIN)]
+    key = fingerprint("vllm", config)
+    return key if not objects else f"{key}-{hashlib.sha256(repr(objects).encode()).hexdigest()[:8]}"
+
+
+_PLAIN = (str, int, float, bool, type(None), list, tuple, dict)
+
+# the classes ``tracking.patches`` wraps where vLLM defines them: (module, class, method, wrapper)
+TARGETS = (
+    ("vllm.entrypoints.llm", "LLM", "__init__", patch_llm),
+    ("vllm.v1.engine.async_llm", "AsyncLLM", "__init__", patch_server),
+)
 
 
 def watch_engine(llm, run: Run) -> None:
@@ -224,14 +433,12 @@ def alive(llm) -> str | None:
 def release() -> None:
     """After an engine is stopped and dropped: collect, empty caches, clean vLLM's distributed state, and
     on ROCm wait for the driver to give memory back (what a runner's own teardown does after a stop)."""
+    from harness.memory.waits import settle
+    from harness.platform import allocator
+
     gc.collect()
     allocator.empty_cache()
-    try:
-        from vllm.distributed import cleanup_dist_env_and_memory
-    except ImportError:  # a vLLM that moved it: the collection above is what is left to do
-        pass
-    else:
-        cleanup_dist_env_and_memory()
+    cleanup()
     context = current()
     settle(context.platform, context.settings)
 
@@ -316,3 +523,33 @@ def _reset(llm) -> str | None:
         return f"resetting it failed: {type(error).__name__}: {error}"
     llm.default_sampling_params = None
     return None
+
+
+def new_llm(**kwargs) -> Any:
+    """``vllm.LLM(**kwargs)``: with reuse on, a warm engine of this configuration (``patch_llm``)."""
+    from vllm import LLM
+
+    return LLM(**kwargs)
+
+
+def sampling(**kwargs) -> Any:
+    """``vllm.SamplingParams(**kwargs)``."""
+    from vllm import SamplingParams
+
+    return SamplingParams(**kwargs)
+
+
+def beam_search(**kwargs) -> Any:
+    """``vllm.sampling_params.BeamSearchParams(**kwargs)``."""
+    from vllm.sampling_params import BeamSearchParams
+
+    return BeamSearchParams(**kwargs)
+
+
+def cleanup() -> None:
+    """vLLM's ``cleanup_dist_env_and_memory`` where the installed vLLM has it."""
+    try:
+        from vllm.distributed import cleanup_dist_env_and_memory
+    except ImportError:  # a vLLM that moved it: the caller's collection is what is left to do
+        return
+    cleanup_dist_env_and_memory()

@@ -59,3 +59,47 @@ def test_the_parser_sees_a_module_left_out_and_one_that_is_gone():
     assert "harness/platform/slots.py" in modules() - named_in_tree(without)
     added = text.replace("    slots.py ", "    gone.py              not there\n    slots.py ", 1)
     assert "harness/platform/gone.py" in named_in_tree(added)
+
+
+ADAPTER = "harness/tracking/vllm_engine.py"
+VLLM_NAME = re.compile(r"^vllm(\.\w+)+$")
+
+
+def vllm_names(source: str) -> list[str]:
+    """vLLM module names (``vllm.entrypoints.llm``) as strings in code: docstrings are prose and skipped."""
+    import ast
+
+    tree = ast.parse(source)
+    prose = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in prose
+        and VLLM_NAME.match(node.value)
+    ]
+
+
+def test_only_the_vllm_adapter_names_vllms_modules():
+    """Imports are import-linter's contract ("only the vLLM adapter imports vllm"); names in strings
+    (a module the import hook watches, one read from sys.modules) are checked here."""
+    found = {
+        str(path.relative_to(ROOT)): names
+        for path in (ROOT / "harness").rglob("*.py")
+        if str(path.relative_to(ROOT)) != ADAPTER and (names := vllm_names(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+    assert vllm_names((ROOT / ADAPTER).read_text(encoding="utf-8"))  # the check sees them where they are
+
+
+def test_a_vllm_name_in_code_is_seen_and_one_in_a_docstring_is_not():
+    source = '"""Wraps ``vllm.entrypoints.llm``."""\n\nMODULE = "vllm.v1.engine.async_llm"\n'
+    assert vllm_names(source) == ["vllm.v1.engine.async_llm"]

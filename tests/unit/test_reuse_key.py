@@ -1,4 +1,4 @@
-"""The reuse pool's key (harness.tracking.starts): what changes an engine besides its arguments is in it,
+"""The reuse pool's key (harness.tracking.vllm_engine): what changes an engine besides its arguments is in it,
 so an engine is never handed to a start it would answer differently."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from harness.tracking import starts
+from harness.tracking import vllm_engine as starts
 
 
 def llm(model, *, tokenizer=None, hf_overrides=None, **kwargs):
