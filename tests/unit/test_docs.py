@@ -109,3 +109,21 @@ def test_a_claim_under_a_missing_heading_is_found(tmp_path):
     ]
     script.write_text('"""Prints a figure."""\n')
     assert backed(script) == ["names no claim it backs"]
+
+
+def test_the_ledger_table_names_every_field_the_checker_declares():
+    """docs/architecture.md's ledger table and harness.ledger.check.FIELDS, the one declaration of each
+    event's fields (the reader checks every line against it), name the same fields."""
+    from harness.ledger.check import FIELDS
+
+    rows = {
+        found.group(1): found.group(2)
+        for found in re.finditer(
+            r"^\| `([\w-]+)` \| (.*) \|$", (ROOT / "docs" / "architecture.md").read_text(), re.M
+        )
+    }
+    missing = {
+        event: sorted(name for name in fields if f"`{name}`" not in rows.get(event, ""))
+        for event, fields in FIELDS.items()
+    }
+    assert {event: names for event, names in missing.items() if names} == {}

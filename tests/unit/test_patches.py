@@ -327,3 +327,28 @@ def test_a_test_that_fails_only_on_a_handed_on_engine_passes_on_fresh_ones_with_
     assert not [f for f in merged.findings if f["type"] == "reuse-sensitive"]
     [refusal] = merged.refusals  # the first test's warm engine, shut down as that test begins
     assert "reuse-sensitive" in refusal["reason"] and refusal["test"] == finding["test"]
+
+
+def test_every_field_the_writer_writes_is_one_the_checker_declares(run_with_stub, monkeypatch, pytester):
+    """harness.ledger.check.FIELDS is the one declaration of each event's fields: a reuse session's
+    ledger (starts, hand-ons, refusals, findings, tests) writes no field it does not declare."""
+    from harness.ledger.check import FIELDS, problem
+
+    monkeypatch.setenv("HARNESS_REUSE", "1")
+    run_with_stub(SENSITIVE_SUITE, engine=REUSABLE)
+    events = [
+        json.loads(line)
+        for path in sorted((pytester.path / "ledger").glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    assert {"runner-start", "runner-reused", "reuse-refused", "finding", "test"} <= {
+        e["event"] for e in events
+    }
+    undeclared = {
+        (event["event"], name)
+        for event in events
+        for name in event
+        if name not in ("event", "t", "sync") and name not in FIELDS.get(event["event"], {})
+    }
+    assert undeclared == set()
+    assert [problem(event) for event in events if problem(event)] == []
