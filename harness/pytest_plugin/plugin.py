@@ -49,6 +49,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="keep a closed VllmRunner's engine warm for the next start of its configuration "
         "([tool.harness] reuse = true)",
     )
+    if not _pytest_shard():  # with it installed, its own options (and its hash split) stand
+        group.addoption(
+            "--num-shards",
+            type=int,
+            default=None,
+            help="pytest-shard's: split the selected tests into N shards, balanced by recorded durations, "
+            "tests sharing an engine kept together (where the harness acts)",
+        )
+        group.addoption(
+            "--shard-id", type=int, default=None, help="pytest-shard's: the shard to run, 0-based"
+        )
+    group.addoption(
+        "--harness-durations",
+        default=None,
+        metavar="PATH",
+        help="durations for --num-shards: a report.json or run directory, a JUnit XML file or pytest-split's "
+        ".test_durations (default: $HARNESS_DURATIONS_FROM, else .test_durations in the rootdir)",
+    )
+
+
+def _pytest_shard() -> bool:
+    """Whether pytest-shard is installed: then it owns ``--num-shards`` and ``--shard-id``."""
+    from importlib import metadata
+
+    try:
+        metadata.distribution("pytest-shard")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def asked(config: pytest.Config, env=os.environ) -> bool:
@@ -74,7 +103,22 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # the session's context (pluggy calls the last registered first)
     for module in (session, timeouts, gpus, pinning, recorder, fixtures, summary):
         early_config.pluginmanager.register(module, module.__name__)
+    if getattr(early_config.known_args_namespace, "num_shards", None) is not None:
+        from harness.pytest_plugin import shard
+
+        if _pytest_shard():  # its flags, its split: said once, in the header
+            early_config.pluginmanager.register(_Aside(), "harness-shard-aside")
+        else:
+            early_config.pluginmanager.register(shard, shard.__name__)
     if os.environ.get(CONFIGURATIONS):  # harness run --durations-from: ordered by a previous run
         from harness.pytest_plugin import order
 
         early_config.pluginmanager.register(order, order.__name__)
+
+
+class _Aside:
+    def pytest_report_header(self) -> str:
+        return (
+            "harness: pytest-shard owns --num-shards/--shard-id here (a hash of node ids); without it the "
+            "harness balances shards by recorded durations and keeps tests that share an engine together"
+        )

@@ -7,14 +7,12 @@ the recorded durations, never on the input order, ``PYTHONHASHSEED`` or the chec
 
 from __future__ import annotations
 
-import hashlib
-import heapq
 import os
 import re
-import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
+from harness import split
 from harness.config.suites import Suite
 from harness.config.variables import SENSITIVE
 from harness.errors import HarnessError, ReportError
@@ -86,32 +84,16 @@ def configurations_from(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def assign(files: Iterable[str], count: int, durations: Mapping[str, float] | None = None) -> list[list[str]]:
-    """Split ``files`` into ``count`` shards, each file in exactly one.
-
-    With durations: longest first onto the lightest shard (LPT; ties go to the lower shard, equal files in
-    path order); a file without history weighs the median of those with it. Without history for any of them: a
-    SHA-256 of the path, so a file keeps its shard as others come and go.
-    Each shard keeps the files in the order given, so pytest still runs them in collection order.
-    """
-    if count < 1:
-        raise HarnessError(f"shard count {count} must be at least 1")
+    """Split ``files`` into ``count`` shards, each file in exactly one (``harness.split.assign``, the split
+    ``--num-shards`` makes of groups of tests): by their recorded seconds, keyed by the path every job agrees
+    on; each shard keeps the files in the order given, so pytest still runs them in collection order."""
     ordered = list(dict.fromkeys(files))
     keys = {file: _key(file) for file in ordered}
-    known = {key: float(durations[key]) for key in keys.values() if durations and key in durations}
-    if known:
-        median = statistics.median(known.values())
-        weight = {file: known.get(keys[file], median) for file in ordered}
-        loads = [(0.0, shard) for shard in range(count)]
-        owner: dict[str, int] = {}
-        for file in sorted(ordered, key=lambda f: (-weight[f], keys[f])):
-            load, shard = heapq.heappop(loads)
-            owner[file] = shard
-            heapq.heappush(loads, (load + weight[file], shard))
-    else:
-        owner = {file: int(hashlib.sha256(keys[file].encode()).hexdigest(), 16) % count for file in ordered}
+    by_key = split.assign(keys.values(), count, durations)
+    owner = {key: shard for shard, found in enumerate(by_key) for key in found}
     shards: list[list[str]] = [[] for _ in range(count)]
     for file in ordered:
-        shards[owner[file]].append(file)
+        shards[owner[keys[file]]].append(file)
     return shards
 
 
