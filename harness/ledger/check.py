@@ -149,6 +149,14 @@ FIELDS: dict[str, dict[str, tuple[Check, bool, bool]]] = {
         "saved_s": (seconds, *NULLABLE),
         "handoff_s": (seconds, *OPTIONAL),
     },
+    "shard": {
+        "index": (count, *REQUIRED),
+        "count": (count, *REQUIRED),
+        "tests": (count, *REQUIRED),
+        "predicted_s": (seconds, *REQUIRED),
+        "source": (text, *REQUIRED),
+        "phase": (text, *NULLABLE),
+    },
     "reuse-refused": {
         "runner": (text, *NULLABLE),
         "fingerprint": (text, *NULLABLE),

@@ -47,6 +47,7 @@ class Ledger:
     collected: dict[str, None] = field(default_factory=dict)  # node ids collected, in order (a set)
     reuses: list[dict[str, Any]] = field(default_factory=list)  # ``runner-reused``: a warm engine handed on
     refusals: list[dict[str, Any]] = field(default_factory=list)  # ``reuse-refused``: not handed on, and why
+    shards: list[dict[str, Any]] = field(default_factory=list)  # ``shard``: a --num-shards split's choice
 
 
 def events(path: Path, bad: list[Finding] | None = None) -> Iterator[dict[str, Any]]:
@@ -285,6 +286,7 @@ _AS_IS = {
     "memory": "samples",
     "runner-reused": "reuses",
     "reuse-refused": "refusals",
+    "shard": "shards",
 }
 
 

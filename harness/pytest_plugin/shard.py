@@ -19,6 +19,7 @@ import pytest
 
 from harness import split
 from harness.errors import HarnessError
+from harness.pytest_plugin.session import process_context
 
 SHARD = pytest.StashKey[tuple[int, int, int, float, str]]()  # index, count, tests, predicted s, source
 DEFAULT_S = 1.0
@@ -52,6 +53,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = kept
     described = f"{source} {Path(path).name}" if path else source
     config.stash[SHARD] = (index, count, len(kept), predicted, described)
+    writer = process_context(config).writer
+    if writer is not None and getattr(config, "workerinput", {}).get("workerid", "gw0") == "gw0":
+        writer.write(
+            "shard",
+            index=index,
+            count=count,
+            tests=len(kept),
+            predicted_s=round(predicted, 3),
+            source=described,
+            phase=process_context(config).owner.phase,
+        )
 
 
 def select(

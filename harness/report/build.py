@@ -59,10 +59,33 @@ def build(run_dir: Path, env: Mapping[str, str]) -> Report:
         "samples": sorted(ledger.samples, key=lambda sample: sample["t"]),
         "reuses": ledger.reuses,
         "reuse_refusals": ledger.refusals,
+        "splits": _splits(ledger.shards, ledger.tests),
         "starts": starts(ledger.records, ledger.reuses),
         "files": files(ledger.tests),
         "advice": advisor.advise(ledger.records),
     }
+
+
+def _splits(shards: list[dict], tests: list[TestResult]) -> list[dict]:
+    """Each phase's ``--num-shards`` split (the first process's word for it: every worker makes the same)
+    with the seconds its tests took, against the seconds it predicted."""
+    seen: dict[object, dict] = {}
+    for shard in shards:
+        seen.setdefault(shard.get("phase"), shard)
+    return [
+        {
+            **shard,
+            "actual_s": round(
+                sum(
+                    (t.get("setup_s") or 0) + (t.get("call_s") or 0) + (t.get("teardown_s") or 0)
+                    for t in tests
+                    if t.get("phase") == phase
+                ),
+                3,
+            ),
+        }
+        for phase, shard in seen.items()
+    ]
 
 
 def _phases_file(run_dir: Path) -> PhasesFile:

@@ -160,6 +160,7 @@ class Report(TypedDict):
     samples: list[Sample]
     reuses: NotRequired[list[dict[str, Any]]]  # the ledger's runner-reused events
     reuse_refusals: NotRequired[list[dict[str, Any]]]  # its reuse-refused events
+    splits: NotRequired[list[dict[str, Any]]]  # its shard events, each with the seconds its tests took
     starts: Starts
     files: dict[str, FileTally]
     advice: NotRequired[list[Advice]]

@@ -44,12 +44,17 @@ def _holder(path: Path, record: Record, devices: dict[str, tuple[int, int]]) -> 
     declared = record.get("need_bytes")
     total = min(total for _, total in here) if here else 0
     used = record.get("held_after_start") or {}
+    # the share the runner declared, as it declared it: its bytes over this process's reading of the
+    # device's total drift with that reading (node 0 read 0.41 for a server's declared 0.5)
+    share = (record.get("config") or {}).get("gpu_memory_utilization")
+    if not isinstance(share, int | float) or isinstance(share, bool) or not 0 < share <= 1:
+        share = round(declared / total, 4) if declared and total else None
     return Holder(
         key=(KEY, path.name, record["id"]),
         label=f"{record['kind']} runner `{record['model']}` of another process ({path.name})",
         owner=Owner(*(record.get(name) for name in Owner._fields)),  # type: ignore[arg-type]
         devices=tuple(index for index, _ in here),
         used_bytes={devices[u][0]: b for u, b in used.items() if u in devices},
-        fraction=round(declared / total, 4) if declared and total else None,
+        fraction=share,
         declared_bytes=declared,
     )

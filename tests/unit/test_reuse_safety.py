@@ -37,7 +37,8 @@ def test_reuse_keeps_every_outcome_and_says_why_it_refused(pytester, monkeypatch
     result.assert_outcomes(passed=8)
     merged = ledger.read(directory)
     name = "test_safety.py::test_"
-    starts = [(r["test"].removeprefix(name), "." in r["id"].split("-")[0]) for r in merged.records]
+    records = sorted(merged.records, key=lambda r: r["start"])  # the forked child's file is read first
+    starts = [(r["test"].removeprefix(name), "." in r["id"].split("-")[0]) for r in records]
     assert starts == [
         ("fresh_answers", False),
         ("random_state_as_seeded", False),  # its engine's random state had moved on
@@ -52,7 +53,8 @@ def test_reuse_keeps_every_outcome_and_says_why_it_refused(pytester, monkeypatch
         "fails_only_on_a_handed_on_engine",  # its first try
     ]
     assert all(r["handoff_s"] < 5 for r in merged.reuses)
-    reasons = [(r["test"].removeprefix(name), r["reason"].split(":")[0]) for r in merged.refusals]
+    refusals = sorted(merged.refusals, key=lambda r: r["t"])
+    reasons = [(r["test"].removeprefix(name), r["reason"].split(":")[0]) for r in refusals]
     unseeded = "a request sampled without a seed of its own"
     assert reasons[:3] == [
         ("fresh_answers", unseeded),

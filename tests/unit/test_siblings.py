@@ -14,12 +14,13 @@ from harness.tracking import siblings
 from harness.tracking.context import Context
 
 SERVER = """
+    import json
     import sys
     from harness.ledger.writer import LedgerWriter
 
     writer = LedgerWriter(sys.argv[1], worker="main.4242")
     owner = dict(test="t.py::test_a", file="t.py", fixture="server", scope="module", worker="main")
-    writer.write("runner-start", id="main.4242-1", kind="vllm", model="m", fingerprint="f", config={},
+    writer.write("runner-start", id="main.4242-1", kind="vllm", model="m", fingerprint="f", config=json.loads(sys.argv[3]),
                  **owner, phase=None, devices=["cpu"], need_bytes=int(sys.argv[2]), mem_before={})
     writer.write("runner-started", id="main.4242-1", startup_s=30.0, mem_after_start={},
                  held_after_start={"cpu": 2**30})
@@ -33,7 +34,7 @@ def test_another_process_live_runner_is_a_holder_until_it_exits(tmp_path):
     total = context.platform.devices()[0].total_bytes
     context.writer = LedgerWriter(tmp_path, worker="main")
     server = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(SERVER), str(tmp_path), str(total // 2)],
+        [sys.executable, "-c", textwrap.dedent(SERVER), str(tmp_path), str(total // 2), "{}"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -51,3 +52,25 @@ def test_another_process_live_runner_is_a_holder_until_it_exits(tmp_path):
         server.communicate("")
     siblings.refresh(context)
     assert context.holders.on() == []
+
+
+def test_a_holder_declares_the_share_its_runner_declared(tmp_path):
+    """Bytes over this process's reading of the device drift with that reading (a server's 0.5 read as
+    0.41 once): the share in the runner's configuration is the one it declared."""
+    context = Context(HostPlatform(), Settings())
+    total = context.platform.devices()[0].total_bytes
+    context.writer = LedgerWriter(tmp_path, worker="main")
+    config = '{"gpu_memory_utilization": 0.5}'
+    server = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(SERVER), str(tmp_path), str(int(total * 0.41)), config],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout.readline() == "started\n"
+        siblings.refresh(context)
+        [holder] = context.holders.on()
+        assert holder.fraction == 0.5
+    finally:
+        server.communicate("")

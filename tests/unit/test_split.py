@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from harness import split
+from harness import ledger, split
 from harness.errors import HarnessError
 from harness.pytest_plugin.shard import select
 
@@ -138,9 +138,20 @@ def test_pytest_shards_flags_select_each_test_once_and_an_empty_shard_passes(pyt
     pytester.makepyprojecttoml("[tool.harness]\n")
     seen = []
     for index in range(3):
+        ledger_dir = pytester.path / f"ledger{index}"
         result = pytester.runpytest_subprocess(
-            "--num-shards", "3", "--shard-id", str(index), "-p", "no:cacheprovider", "-v"
+            "--num-shards",
+            "3",
+            "--shard-id",
+            str(index),
+            "-p",
+            "no:cacheprovider",
+            "-v",
+            "--harness-ledger-dir",
+            str(ledger_dir),
         )
+        [event] = ledger.read(ledger_dir).shards
+        assert (event["index"], event["count"], event["source"]) == (index, 3, "none")
         passed = [
             line.split(" ")[0] for line in result.outlines if line.endswith("PASSED") or " PASSED " in line
         ]
