@@ -4,7 +4,8 @@ N = 2, 4, 8, for pytest-shard's hash, pytest-split's least_duration and the harn
     python benchmarks/shard_balance.py [--own DURATIONS] [--runs docs/runs] [--counts 2,4,8] [--seed 0]
 
 Two suites. ``--own``: the project's own tests with their real recorded seconds (a JUnit file, a
-report.json or a .test_durations, e.g. from ``pytest tests/unit --junitxml=own.xml``), no engines shared.
+report.json or a .test_durations, e.g. from ``pytest tests/unit --junitxml=own.xml``), no engines shared;
+from a JUnit file the harness splits by whole files, as it does without a report of runner starts.
 And a generated tree shaped like vLLM's ``tests/models``: 40 files, half of them with a module-scoped
 engine that starts once per shard the file lands in (the start's seconds and each test's seconds drawn
 from the real reports in ``--runs``). pytest-shard puts each test by a SHA-256 of its node id; pytest-split's
@@ -98,10 +99,21 @@ def table(name: str, nodeids, seconds, engines, history, counts) -> None:
         "least_duration": least_duration,
         "harness": harness_split(history),
     }
-    print(f"{'N':>3}  " + "  ".join(f"{s + ' max/mean':>24} {'starts':>6}" for s in splitters))
+    header = "  ".join(f"{s + ' max/mean':>24} {'starts':>6}" for s in splitters)
+    print(f"{'N':>3}  {header}  {'best for its units':>18}")
     for count in counts:
         row = [figures(split_(nodeids, seconds, count), seconds, engines) for split_ in splitters.values()]
-        print(f"{count:>3}  " + "  ".join(f"{ratio:>24.3f} {starts:>6}" for ratio, starts in row))
+        cells = "  ".join(f"{ratio:>24.3f} {starts:>6}" for ratio, starts in row)
+        print(f"{count:>3}  {cells}  {bound(nodeids, seconds, engines, history, count):>18.3f}")
+
+
+def bound(nodeids, seconds, engines, history, count: int) -> float:
+    """The best max/mean any split of the harness's units reaches: its heaviest unit against the mean."""
+    units: dict[str, float] = {}
+    for nodeid in nodeids:
+        unit = history.unit(nodeid)
+        units[unit] = units.get(unit, engines.get(nodeid.split("::")[0], 0.0)) + seconds[nodeid]
+    return max(1.0, max(units.values()) / (sum(units.values()) / count))
 
 
 def main() -> int:
@@ -120,7 +132,9 @@ def main() -> int:
         except HarnessError as error:
             print(f"shard_balance: error: {error}", file=sys.stderr)
             return 2
-        table(f"own suite ({source})", sorted(seconds), seconds, {}, split.History({"records": []}), counts)
+        # a JUnit file or .test_durations records no runners: the harness keeps whole files together
+        history = split.history(args.own) if source == "report" else split.History()
+        table(f"own suite ({source})", sorted(seconds), seconds, {}, history, counts)
     nodeids, seconds, engines, report = generated(args.runs, args.seed)
     table("generated tests/models tree", nodeids, seconds, engines, split.History(report), counts)
     return 0

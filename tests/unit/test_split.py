@@ -168,3 +168,27 @@ def test_pytest_shards_flags_select_each_test_once_and_an_empty_shard_passes(pyt
             "test_free.py::test_b",
         ]
     )
+
+
+FAKE_SHARD = """
+def pytest_addoption(parser):
+    parser.addoption("--num-shards", type=int, default=None)
+    parser.addoption("--shard-id", type=int, default=None)
+"""
+
+
+def test_with_pytest_shard_installed_it_keeps_its_flags_and_the_header_says_so(pytester, monkeypatch):
+    """Its options are its own (the harness adds none: two would clash) and its split stands."""
+    site = pytester.mkdir("site")
+    (site / "fake_pytest_shard.py").write_text(FAKE_SHARD)
+    info = site / "pytest_shard-0.1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pytest-shard\nVersion: 0.1.2\n")
+    (info / "entry_points.txt").write_text("[pytest11]\nshard = fake_pytest_shard\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    pytester.makepyfile(**{name: textwrap.dedent(source) for name, source in SUITE.items()})
+    pytester.makepyprojecttoml("[tool.harness]\n")
+    result = pytester.runpytest_subprocess("--num-shards", "2", "--shard-id", "0", "-p", "no:cacheprovider")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["harness: pytest-shard owns --num-shards/--shard-id here*"])
+    result.assert_outcomes(passed=4)  # the fake shards nothing: the harness did not split either
