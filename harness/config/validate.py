@@ -45,8 +45,10 @@ class Bounds(NamedTuple):
 Count = Annotated[int, Bounds(1)]
 # more worker processes than this is a typo (10**9), not a machine: each one imports the suite's conftest
 Workers = Annotated[int, Bounds(1, 512)]
-Amount = Annotated[float, Bounds(0)]
-Positive = Annotated[float, Bounds(0, above=True)]
+# seconds and GiB past this are a typo, not a setting (1e20 s overflows the timer pytest-timeout arms)
+MOST = 1e7
+Amount = Annotated[float, Bounds(0, MOST)]
+Positive = Annotated[float, Bounds(0, MOST, above=True)]
 Text = Annotated[str, Bounds(1)]
 
 _WRONG = object()

@@ -84,9 +84,13 @@ def main(args) -> int:
 
 def _pytest_args(extra: list[str]) -> list[str]:
     """The user's pytest arguments; those the harness sets per phase would hide the phase's results."""
-    for arg in extra:
+    for arg, following in zip(extra, [*extra[1:], None], strict=False):
         if arg.startswith(RESERVED):
             raise HarnessError(f"pytest argument {arg!r}: harness run sets it for each phase; leave it out")
+        plugin = following if arg == "-p" else arg[2:].lstrip("= ") if arg.startswith("-p") else None
+        if plugin == "no:harness":
+            shown = f"-p {following}" if arg == "-p" else arg
+            raise HarnessError(f"pytest argument {shown!r} turns the harness off in its phases; leave it out")
     return list(extra)
 
 

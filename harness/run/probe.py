@@ -6,7 +6,9 @@ after ``--`` as each phase's pytest will (option clusters such as ``-vm slow``, 
 ``--markexpr``, ``-k``). It adds to the JSON file named by ``$HARNESS_SELECTION_FILE`` the run's
 ``markers`` and ``keywords``, and the first expression (the run's, then each phase's) that pytest's
 ``mark`` plugin rejects as ``error``: the same check a phase's pytest makes, so an expression that passes
-here cannot end a phase, under xdist, as an INTERNALERROR.
+here cannot end a phase, under xdist, as an INTERNALERROR. A ``-k`` expression is also matched against the
+first collected test once collection is done: pytest refuses some (call parameters, ``-k 'test(x=1)'``)
+only when it matches a test.
 """
 
 from __future__ import annotations
@@ -34,15 +36,37 @@ def pytest_configure(config: pytest.Config) -> None:
         checks.append((f"phase {phase['name']!r} keywords", "", phase["keywords"] or ""))
     error = next((problem for where, m, k in checks if (problem := _rejected(config, where, m, k))), None)
     path.write_text(json.dumps({**table, **run, "error": error}, indent=1) + "\n", encoding="utf-8")
+    config.stash[CHECKS] = [(where, k) for where, m, k in checks if k]
 
 
-def _rejected(config: pytest.Config, where: str, markers: str, keywords: str) -> str | None:
-    """pytest's own complaint about ``-m markers -k keywords``, if it has one (with no items to select)."""
+CHECKS = pytest.StashKey[list[tuple[str, str]]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Each ``-k`` expression matched against the first test, as a phase's pytest will match them all."""
+    checks = session.config.stash.get(CHECKS, [])
+    if not session.items or not checks:
+        return
+    path = Path(os.environ[FILE])
+    table = json.loads(path.read_text(encoding="utf-8"))
+    if table.get("error"):
+        return
+    first = session.items[:1]
+    error = next((p for where, k in checks if (p := _rejected(session.config, where, "", k, first))), None)
+    if error:
+        path.write_text(json.dumps({**table, "error": error}, indent=1) + "\n", encoding="utf-8")
+
+
+def _rejected(
+    config: pytest.Config, where: str, markers: str, keywords: str, items: list | None = None
+) -> str | None:
+    """pytest's own complaint about ``-m markers -k keywords``, if it has one (selecting from a copy of
+    ``items``, none by default)."""
     mark: Any = config.pluginmanager.get_plugin("mark")
     saved = config.option.markexpr, config.option.keyword
     config.option.markexpr, config.option.keyword = markers, keywords
-    try:
-        mark.pytest_collection_modifyitems(items=[], config=config)
+    try:  # a copy: the probe's collection keeps its items (what pytest reports deselected is its own)
+        mark.pytest_collection_modifyitems(items=list(items or []), config=config)
     except pytest.UsageError as error:
         return f"{where}: {error}"
     finally:

@@ -104,6 +104,8 @@ CLI = {
     "ledger dir through pytest args": ["run", "--platform", "cpu", "models", "--", "--harness-ledger-dir=x"],
     "junitxml through pytest args": ["run", "--platform", "cpu", "models", "--", "--junitxml", "j.xml"],
     "no-harness through pytest args": ["run", "--platform", "cpu", "models", "--", "--no-harness"],
+    "-p no:harness through pytest args": ["run", "--platform", "cpu", "models", "--", "-p", "no:harness"],
+    "-pno:harness through pytest args": ["run", "--platform", "cpu", "models", "--", "-pno:harness"],
     "out is a file": ["run", "--platform", "cpu", "--out", "good.json", "models"],
     "NUL in out": ["run", "--platform", "cpu", "--out", "a\0b", "models"],
     "report of a missing dir": ["report", "missing"],
@@ -141,6 +143,8 @@ CONFIG = {
     "phase_timeout_s = inf": "[tool.harness]\nphase_timeout_s = inf\n",
     "phase_timeout_s < 0": "[tool.harness]\nphase_timeout_s = -1\n",
     "test_timeout_s a string": '[tool.harness]\ntest_timeout_s = "x"\n',
+    "test_timeout_s = 1e20": "[tool.harness]\ntest_timeout_s = 1e20\n",
+    "phase_timeout_s = 1e20": "[tool.harness]\nphase_timeout_s = 1e20\n",
     "unknown key": "[tool.harness]\nsetle = true\n",
     "settle_ratio > 1": "[tool.harness]\nsettle_ratio = 2\n",
     "platform key not a table": "[tool.harness]\ncpu = 1\n",
@@ -216,6 +220,7 @@ ENV = {
     "HARNESS_PHASE_TIMEOUT_S=abc": ("HARNESS_PHASE_TIMEOUT_S", "abc"),
     "HARNESS_PHASE_TIMEOUT_S=nan": ("HARNESS_PHASE_TIMEOUT_S", "nan"),
     "HARNESS_SETTLE=maybe": ("HARNESS_SETTLE", "maybe"),
+    "HARNESS_TEST_TIMEOUT_S=1e20": ("HARNESS_TEST_TIMEOUT_S", "1e20"),
     "BUILDKITE_PARALLEL_JOB alone": ("BUILDKITE_PARALLEL_JOB", "1"),
 }
 
@@ -385,3 +390,12 @@ def test_device_masks(project, capsys, monkeypatch, fake_gpus, mask):
     fake_gpus([gpu(0, total=80 * GIB), gpu(1, total=80 * GIB)], vendor="nvidia")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", mask)
     one_line_exit_2(capsys, ["run", "--platform", "cuda", "models"])
+
+
+def test_a_keyword_expression_pytest_refuses_only_when_it_matches_a_test(project, capsys):
+    """pytest refuses ``-k 'test_ok(x=1)'`` (call parameters) as it matches a test, not as it parses it:
+    one line, exit 2, before any phase runs."""
+    (project / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    err = one_line_exit_2(capsys, ["run", "--platform", "cpu", "models", "--", "-k", "test_ok(x=1)"])
+    assert "call parameters" in err
+    assert not (project / "harness-out" / "models-cpu" / "junit").exists()

@@ -20,7 +20,8 @@ SERVER = """
 
     writer = LedgerWriter(sys.argv[1], worker="main.4242")
     owner = dict(test="t.py::test_a", file="t.py", fixture="server", scope="module", worker="main")
-    writer.write("runner-start", id="main.4242-1", kind="vllm", model="m", fingerprint="f", config=json.loads(sys.argv[3]),
+    config = json.loads(sys.argv[3])
+    writer.write("runner-start", id="main.4242-1", kind="vllm", model="m", fingerprint="f", config=config,
                  **owner, phase=None, devices=["cpu"], need_bytes=int(sys.argv[2]), mem_before={})
     writer.write("runner-started", id="main.4242-1", startup_s=30.0, mem_after_start={},
                  held_after_start={"cpu": 2**30})
