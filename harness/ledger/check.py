@@ -15,6 +15,7 @@ LATEST = 1e10  # seconds since the epoch: past the year 2286, no clock's
 LONGEST = 1e7  # seconds: a duration of months is not one a test or a runner took
 MOST_BYTES = 2**63  # a device's or a host's memory in bytes fits a signed 64-bit integer
 OUTCOMES = ("passed", "failed", "skipped", "error")
+KINDS = ("vllm", "hf")  # what runs a runner-start or runner-reused names
 
 Check = Callable[[Any], bool]
 
@@ -60,6 +61,10 @@ def outcome(value: Any) -> bool:
     return value in OUTCOMES
 
 
+def kind(value: Any) -> bool:
+    return value in KINDS
+
+
 WHAT: dict[Check, str] = {
     time: "a time since the epoch",
     seconds: f"a duration of 0 to {LONGEST:g} s",
@@ -70,6 +75,7 @@ WHAT: dict[Check, str] = {
     table: "an object",
     byte_counts: "bytes by device",
     outcome: "an outcome (" + ", ".join(OUTCOMES) + ")",
+    kind: "a runner kind (" + ", ".join(KINDS) + ")",
 }
 
 # (check, required, nullable) per field, per event; ``t`` and ``event`` are every event's
@@ -142,7 +148,7 @@ FIELDS: dict[str, dict[str, tuple[Check, bool, bool]]] = {
     "session-end": {"not_started": (text, *NULLABLE)},
     "runner-reused": {
         "runner": (text, *NULLABLE),
-        "kind": (text, *NULLABLE),
+        "kind": (kind, *REQUIRED),
         "model": (text, *NULLABLE),
         "fingerprint": (text, *NULLABLE),
         **_OWNER,

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from harness.ledger.check import FIELDS
 from tests.unit.report_runs import T0, Run
 from tests.unit.test_ledger import _on_a_full_disk
 
@@ -93,3 +94,21 @@ def test_a_report_on_a_full_disk_is_one_line_not_a_traceback(tmp_path):
         line.startswith("harness: error: ")
         and "report.json: cannot write it (No space left on device)" in line
     )
+
+
+@pytest.mark.parametrize("event", sorted(FIELDS))
+def test_an_event_with_only_its_name_and_time_never_breaks_a_report(tmp_path, event):
+    """Every event kind the checker declares, with every field left out (a hostile or torn writer): the
+    report files are all written; a line missing a required field is one finding."""
+    run = Run(tmp_path).phase("default", 0, 10)
+    worker = run.worker("default")
+    worker.runner("tests/t.py::test_a", 1, 3, 5)
+    worker.test("tests/t.py::test_a", t=6)
+    with worker.path.open("a") as handle:
+        handle.write(_hostile_line(event, 2.0, {}) + "\n")
+    report = run.finalize()
+    for name in ("report.json", "junit.xml", "summary.md", "timeline.svg", "report.html"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    required = any(required for _, required, _ in FIELDS[event].values())
+    bad = [f for f in report["findings"] if f["type"] == "bad-ledger-line"]
+    assert len(bad) == (1 if required else 0)
