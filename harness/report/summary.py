@@ -6,6 +6,8 @@ a note pointing at ``report.json``, which always has everything.
 
 from __future__ import annotations
 
+import html
+
 from harness.ledger.reader import refused_because
 from harness.platform.base import GIB
 from harness.report.schema import Advice, Finding, Record, Report, Tally
@@ -36,11 +38,11 @@ def _heading(report: Report) -> list[str]:
         title += f" (shard {report['shard']})"
     lines = [title, ""]
     if platform.get("reason"):
-        lines += [f"Platform: {platform['reason']}", ""]
+        lines += [f"Platform: {_text(platform['reason'])}", ""]
     for device in report["devices"]:
         total = device.get("total_bytes")
         size = f", {total / GIB:.1f} GiB" if total else ""
-        lines.append(f"- device `{device['uuid']}`: {device.get('name') or 'unknown'}{size}")
+        lines.append(f"- device `{_escape(device['uuid'])}`: {_text(device.get('name') or 'unknown')}{size}")
     return [*lines, ""]
 
 
@@ -118,7 +120,9 @@ def _slowest(records: list[Record], rows: int) -> list[str]:
 
 def _findings(findings: list[Finding], rows: int) -> list[str]:
     lines = ["## Findings", ""]
-    lines += [f"- **{f['type']}**: {_escape(f.get('message', ''))}" for f in findings[:rows]] or ["None."]
+    lines += [f"- **{_text(f['type'])}**: {_text(f.get('message', ''))}" for f in findings[:rows]] or [
+        "None."
+    ]
     if len(findings) > rows:
         lines.append(f"- … {len(findings) - rows} more in report.json")
     return [*lines, ""]
@@ -135,7 +139,7 @@ def _advice(advice: list[Advice], rows: int) -> list[str]:
             f"{_seconds(item['seconds_saved'])}"
         )
         if item.get("warning"):
-            lines.append(f"  - ⚠️ {_escape(item['warning'])}")
+            lines.append(f"  - ⚠️ {_text(item['warning'])}")
     if len(advice) > rows:
         lines.append(f"- … {len(advice) - rows} more in report.json")
     if not advice:
@@ -147,7 +151,7 @@ def _refused(refusals: list[dict]) -> list[str]:
     """Hand-offs the reuse pool refused, by kind of reason (each one's whole reason is in report.json)."""
     if not refusals:
         return []
-    reasons = "; ".join(f"{_escape(reason)}: {count}" for reason, count in refused_because(refusals))
+    reasons = "; ".join(f"{_text(reason)}: {count}" for reason, count in refused_because(refusals))
     return [f"Reuse refused {len(refusals)} hand-offs ({reasons}).", ""]
 
 
@@ -177,7 +181,14 @@ def _cap(text: str, limit: int) -> str:
 
 
 def _escape(text: object) -> str:
+    """For a table cell or a code span: no pipe, backtick or line break of its own."""
     return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def _text(text: object) -> str:
+    """For prose (outside a code span, where Markdown passes HTML through and Buildkite renders it): a test
+    id's or message's ``<script>`` as text."""
+    return html.escape(_escape(text), quote=False)
 
 
 def _cell(value) -> str:

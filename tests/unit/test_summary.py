@@ -127,3 +127,14 @@ def test_a_failing_agent_is_a_warning_not_a_failure(tmp_path, capsys):
         capsys.readouterr().err
         == "harness: warning: buildkite-agent annotate exited 3: fatal: agent said no\n"
     )
+
+
+def test_a_crashed_tests_markup_is_text_in_the_summary(tmp_path):
+    """The crash line names the test: its ``<script>`` is text in summary.md (Buildkite renders HTML)."""
+    run = Run(tmp_path).phase("default", 0, 10)
+    worker = run.worker("default")
+    nodeid = "tests/t.py::test_x[<script>alert(1)</script>]"
+    worker.write("test-start", 1, nodeid=nodeid)  # started, never finished: the worker died in it
+    text = render(run.finalize())
+    assert "<script>" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
