@@ -133,6 +133,12 @@ def _add_ci(sub) -> None:
     matrix.set_defaults(module="harness.ci.github")
 
 
+def _private_writes() -> None:
+    """What the harness and the phases it starts write (the run directory, reports, JUnit, ledgers) is
+    never writable by group or others, whatever the caller's umask (``umask 000`` made them so)."""
+    os.umask(os.umask(0) | 0o022)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first "--" belongs to pytest, so options may stand on either side of the suite.
@@ -142,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as done:  # --help, or the one-line usage error above
         return done.code if isinstance(done.code, int) else BAD_INPUT
     args.pytest_args = pytest_args
+    _private_writes()
     try:
         return importlib.import_module(args.module).main(args)
     except HarnessError as error:

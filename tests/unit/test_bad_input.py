@@ -399,3 +399,22 @@ def test_a_keyword_expression_pytest_refuses_only_when_it_matches_a_test(project
     err = one_line_exit_2(capsys, ["run", "--platform", "cpu", "models", "--", "-k", "test_ok(x=1)"])
     assert "call parameters" in err
     assert not (project / "harness-out" / "models-cpu" / "junit").exists()
+
+
+def test_under_umask_000_nothing_the_run_writes_is_writable_by_others(project):
+    """A shared CI host's umask 000 made the run directory and reports world-writable."""
+    import stat
+    import subprocess
+    import sys
+
+    (project / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    script = "import os, sys; os.umask(0); from harness.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", script, "run", "--platform", "cpu", "models"], check=False)
+    assert done.returncode == 0
+    out = project / "harness-out" / "models-cpu"
+    written = [out, *out.rglob("*")]
+    assert len(written) > 5
+    loose = [
+        str(p) for p in written if not p.is_symlink() and p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ]
+    assert loose == []
