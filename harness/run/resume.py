@@ -50,7 +50,8 @@ def run_resuming(
         previous, left = left, _left(ledger_dir)
         if not left or left == previous:
             break
-        paths = (f"@{_args_file(out, phase, attempt, left)}",)  # one argument: pytest reads the file
+        lines = _arguments(left, list(ledger.read(ledger_dir).collected))
+        paths = (f"@{_args_file(out, phase, attempt, lines)}",)  # one argument: pytest reads the file
     return {
         "exit_code": codes[0] if len(codes) == 1 else max(worst(codes), TESTS_FAILED),
         "timed_out": ended.timed_out,
@@ -85,6 +86,30 @@ def _left(ledger_dir: Path) -> list[str]:
     merged = ledger.read(ledger_dir)
     done = {test["nodeid"] for test in merged.tests}
     return [test for test in merged.collected if test not in done]
+
+
+def _arguments(left: list[str], collected: list[str]) -> list[str]:
+    """pytest's arguments for the tests ``left``: their node ids, but pytest refuses any path argument
+    holding ``[`` (it reads it as parametrization): a file such as ``test_grid[1].py`` is reached through
+    the nearest folder without one, the collected tests there that ran already deselected."""
+    folders = sorted({_plain_folder(t.split("::")[0]) for t in left if "[" in t.split("::")[0]})
+
+    def inside(test: str) -> bool:
+        return any(folder in (".", "") or test.startswith(folder + "/") for folder in folders)
+
+    remaining = set(left)
+    return [
+        *(t for t in left if not inside(t)),
+        *folders,
+        *(f"--deselect={t}" for t in collected if inside(t) and t not in remaining),
+    ]
+
+
+def _plain_folder(path: str) -> str:
+    folder = path.rpartition("/")[0]
+    while "[" in folder:
+        folder = folder.rpartition("/")[0]
+    return folder or "."
 
 
 def _args_file(out: Path, phase: str, attempt: int, tests: list[str]) -> Path:

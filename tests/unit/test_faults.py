@@ -280,3 +280,14 @@ def test_a_phase_that_cannot_be_started_is_a_harness_fault(tmp_path):
     kept = Kept([str(tmp_path / "no-such-python"), "-m", "pytest"], dict(os.environ), stderr=subprocess.PIPE)
     assert kept.end() == NOT_STARTED
     assert run_exit([{"exit_code": NOT_STARTED, "timed_out": False}]) == 4
+
+
+def test_a_crash_in_a_file_whose_name_holds_brackets_resumes_the_rest_of_the_file(project):
+    """pytest refuses any path argument holding ``[`` (parametrization): the resume reaches the file
+    through its folder, the tests that ran deselected."""
+    root = project(SERIAL, **{"test_grid[1]": CRASHES})
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 1
+    report = json.loads((root / "out" / "report.json").read_text())
+    outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in report["tests"]}
+    assert outcomes == {"test_a": "passed", "test_exit": "error", "test_b": "passed", "test_kill": "error",
+                        "test_c": "passed"}  # fmt: skip
