@@ -118,7 +118,7 @@ def json_object(path: Path, what: str) -> dict:
     if not text.strip():
         raise ReportError(f"{path}: empty {what} file")
     try:
-        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded_int)
     except json.JSONDecodeError as error:
         if error.pos >= len(text.rstrip()) or error.msg.startswith("Unterminated string"):
             size = len(text.encode("utf-8"))
@@ -157,6 +157,17 @@ def _bounded_text(path: Path, what: str) -> str:
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
+
+
+MOST_DIGITS = 19  # a signed 64-bit integer: bytes of memory, counts, times all fit
+
+
+def _bounded_int(text: str) -> int:
+    """An integer a report can hold; a 400-digit one (which no float holds) is one line, not an
+    ``OverflowError`` where it is summed."""
+    if len(text.lstrip("-")) > MOST_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits is past what a report holds")
+    return int(text)
 
 
 def _finite(text: str) -> float:

@@ -73,6 +73,12 @@ def configurations_from(path: str | os.PathLike[str]) -> dict[str, str]:
         ]
     except (KeyError, TypeError, AttributeError) as error:
         raise ReportError(f"{path}: a runner record lacks a usable test or fingerprint ({error!r})") from None
+    for when, test, key in owned:
+        if not (isinstance(when, int | float) and not isinstance(when, bool) and isinstance(key, str)):
+            raise ReportError(
+                f"{path}: a runner record of {str(test)[:80]!r} has start {str(when)[:40]!r} "
+                f"and fingerprint {str(key)[:40]!r}: expected a time and a text"
+            )
     first: dict[str, str] = {}
     for _, test, key in sorted(owned, key=lambda entry: entry[0] or 0.0):
         first.setdefault(test, key)

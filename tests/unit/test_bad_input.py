@@ -239,6 +239,7 @@ REPORTS = {
     "NaN": json.dumps(_report(phases__0__wall_s=float("nan"))),
     "Infinity": json.dumps(_report(phases__0__wall_s=float("inf"))),
     "1e400": json.dumps(_report()).replace('"wall_s": 1.0', '"wall_s": 1e400', 1),
+    "a 400-digit integer duration": json.dumps(_report(tests__0__call_s=10**400)),
     "deep nesting": "[" * 100_000 + "]" * 100_000,
     "wrong version": json.dumps(_report(version=99)),
     "no version": json.dumps({"phases": []}),
@@ -418,3 +419,17 @@ def test_under_umask_000_nothing_the_run_writes_is_writable_by_others(project):
         str(p) for p in written if not p.is_symlink() and p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     ]
     assert loose == []
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"test": "t.py::a", "kind": "vllm", "fingerprint": "abc", "scope": None, "start": "soon"},
+        {"test": "t.py::a", "kind": "vllm", "fingerprint": ["abc"], "scope": None, "start": 1.0},
+    ],
+    ids=["a start time that is text", "a fingerprint that is a list"],
+)
+def test_history_with_a_record_of_the_wrong_type(project, capsys, record):
+    other = {**record, "test": "t.py::b", "start": 2.0, "fingerprint": "abd"}  # sorted beside a good one
+    (project / "bad.json").write_text(json.dumps(_report(records=[record, other])))
+    one_line_exit_2(capsys, ["run", "--platform", "cpu", "--durations-from", "bad.json", "models"])
