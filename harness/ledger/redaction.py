@@ -4,7 +4,8 @@ A credential is the value of an environment variable or a command-line option na
 (``HF_TOKEN``, ``DB_PASSWORD``, ``--hf-token=…``, ``--api-key X``), and the user and password of a URL.
 Where the name is seen (an environment table, an argument list, ``NAME=value`` in a message) the value goes
 whatever its length; elsewhere a value of ``SHORTEST`` characters or more goes wherever it appears, as
-written and as Python's ``repr`` and JSON escape it (a failed assertion shows the ``repr``). Redacting the
+written and as Python's ``repr`` and JSON escape it (a failed assertion shows the ``repr``), and so does
+its start or end of ``FRAGMENT`` characters or more (a repr cut short, ``'hf_abcdefgh...'``). Redacting the
 data, never the written text, is what lets a value with XML, HTML, JSON or shell specials be found: once
 serialized it reads escaped.
 """
@@ -30,6 +31,7 @@ URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
 ASSIGNED = re.compile(r"(?<![\w-])(?P<name>-{0,2}[A-Za-z_][\w-]*)=(?P<value>\"[^\"]*\"|'[^']*'|[^\s'\"]+)")
 REDACTED = "[redacted]"
 SHORTEST = 4  # a shorter value (on, 1, a tag) matched by value alone would redact ordinary text and markup
+FRAGMENT = 8  # a secret's start or end this long is as good as the secret to whoever guesses the rest
 
 
 def secret_name(name: str) -> bool:
@@ -67,7 +69,9 @@ class Redactor:
             for form in (value, repr(value)[1:-1], json.dumps(value)[1:-1], html.escape(value))
         }
         longest_first = sorted(forms, key=len, reverse=True)
-        self._values = re.compile("|".join(map(re.escape, longest_first))) if forms else None
+        cut = [pattern for form in longest_first if len(form) > FRAGMENT for pattern in _cut_short(form)]
+        alternatives = [*map(re.escape, longest_first), *cut]
+        self._values = re.compile("|".join(alternatives)) if alternatives else None
 
     def __bool__(self) -> bool:
         """Whether there is a value to look for (names and URLs are looked for anyway)."""
@@ -97,6 +101,15 @@ class Redactor:
                 for i, item in enumerate(value)
             ]
         return value
+
+
+def _cut_short(form: str) -> tuple[str, str]:
+    """Patterns for ``form``'s start and its end, each of ``FRAGMENT`` characters or more, the longest
+    found either way: nested optional groups, ``abcdefgh(?:i(?:j)?)?`` and ``(?:(?:a)?b)?cdefghij``."""
+    head, tail = form[FRAGMENT:], form[:-FRAGMENT]
+    start = re.escape(form[:FRAGMENT]) + "".join(f"(?:{re.escape(c)}" for c in head) + ")?" * len(head)
+    end = "(?:" * len(tail) + "".join(f"{re.escape(c)})?" for c in tail) + re.escape(form[-FRAGMENT:])
+    return start, end
 
 
 def _named(name: Any, value: Any) -> bool:

@@ -197,3 +197,33 @@ def test_no_file_of_a_run_directory_carries_a_secret_its_tests_assert_on(tmp_pat
     assert f"--hf-token={REDACTED}" in report["phases"][0]["args"]
     assert sorted(t["outcome"] for t in report["tests"]) == ["failed"] * 5
     ET.parse(out / "junit.xml")
+
+
+def test_a_secret_pytest_cut_short_leaves_no_fragment_in_any_file(tmp_path):
+    """pytest shows a long value's repr cut in the middle (``'hf_Lo…ng'``): its start and its end are
+    redacted too, wherever text leaves the run."""
+    (tmp_path / "pyproject.toml").write_text(SUITE.replace("workers = 2", 'workers = "serial"'))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_long.py").write_text(
+        "import os\n\ndef test_long():\n    assert os.environ['HF_TOKEN'] == 'x'\n"
+    )
+    token = "hf_" + "".join(chr(ord("a") + (i * 7) % 26) for i in range(400))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "HF_TOKEN": token,
+    }
+    argv = [sys.executable, "-m", "harness", "run", "--platform", "cpu", "--out", "out", "models"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    junit = (tmp_path / "out" / "junit.xml").read_text()
+    assert "..." in junit or "…" in junit  # pytest did cut it short
+    fragments = {token[i : i + 12] for i in range(0, len(token) - 12)}
+    found = [
+        f"{path.relative_to(tmp_path)}: {fragment}"
+        for path in (tmp_path / "out").rglob("*")
+        if path.is_file()
+        for fragment in fragments
+        if fragment in path.read_text(errors="replace")
+    ]
+    assert found == []
