@@ -37,6 +37,8 @@ class Bounds(NamedTuple):
     def describe(self, noun: str) -> str:
         if noun == "a string" or noun.startswith(("a list", "an array")):
             return f"a non-empty {noun.split(' ', 1)[1]}" if self.low else noun
+        if self.low is not None and self.high is not None and self.above:
+            return f"{noun} > {self.low:g} and ≤ {self.high:g}"
         if self.low is not None and self.high is not None:
             return f"{'0 (off) or ' if self.off else ''}{noun} between {self.low:g} and {self.high:g}"
         return f"{noun} {'>' if self.above else '≥'} {self.low:g}"

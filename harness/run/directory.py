@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.config.suites import PHASE_NAME
-from harness.errors import HarnessError
+from harness.errors import HarnessError, InfrastructureError
 
 LOCK = ".harness-run.lock"
 REPORT_FILES = (
@@ -68,8 +68,11 @@ def locked(out: Path) -> Iterator[int]:
         except BlockingIOError:
             holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip() or "?"
             raise HarnessError(f"--out {out}: another harness run (pid {holder}) is using it") from None
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+        except OSError as error:  # a full disk: the machine's fault, one line
+            raise InfrastructureError(f"{out / LOCK}: cannot write it ({error.strerror})") from None
         yield descriptor
     finally:
         os.close(descriptor)

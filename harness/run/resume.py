@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness import ledger
 from harness.report.outcomes import worst
+from harness.report.store import write_atomic
 from harness.run.process import Ended, run_phase
 
 MAX_ATTEMPTS = 20
@@ -115,5 +116,5 @@ def _plain_folder(path: str) -> str:
 def _args_file(out: Path, phase: str, attempt: int, tests: list[str]) -> Path:
     path = out / "resume" / f"{phase}+{attempt + 1}.args"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{test}\n" for test in tests), encoding="utf-8")
+    write_atomic(path, "".join(f"{test}\n" for test in tests))
     return path

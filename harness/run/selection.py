@@ -21,6 +21,7 @@ from pathlib import Path
 from harness.config.suites import Phase
 from harness.errors import HarnessError
 from harness.report.outcomes import NO_TESTS
+from harness.report.store import write_atomic
 from harness.run.probe import FILE
 from harness.run.process import Kept
 
@@ -42,8 +43,8 @@ def members(
         {"name": p.name, "paths": list(paths), "markers": p.markers, "keywords": p.keywords}
         for p, paths in phases
     ]
-    path.write_text(json.dumps({"phases": table}, indent=1) + "\n")
-    selection.write_text(json.dumps({"phases": table}, indent=1) + "\n")
+    write_atomic(path, json.dumps({"phases": table}, indent=1) + "\n")  # a full disk: one line, exit 4
+    write_atomic(selection, json.dumps({"phases": table}, indent=1) + "\n")
     roots = list(dict.fromkeys(p for _, paths in phases for p in paths))
     command = [sys.executable, "-m", "pytest", *roots, *extra, "--collect-only", "-q", "-n", "0"]
     command += ["-p", "harness.run.probe", f"--harness-phases={path}"]

@@ -291,3 +291,36 @@ def test_a_crash_in_a_file_whose_name_holds_brackets_resumes_the_rest_of_the_fil
     outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in report["tests"]}
     assert outcomes == {"test_a": "passed", "test_exit": "error", "test_b": "passed", "test_kill": "error",
                         "test_c": "passed"}  # fmt: skip
+
+
+RUN_ON_A_FULL_DISK = """
+import os, subprocess, sys
+small, project = sys.argv[1], sys.argv[2]
+codes = []
+for kib in range(40, 64, 2):  # the disk fills at each of the run's writes in turn
+    os.makedirs(small + "/fill", exist_ok=True)
+    with open(small + "/fill/x", "wb") as filler:
+        try:
+            filler.write(b"x" * 1024 * kib)
+        except OSError:
+            pass
+    done = subprocess.run([sys.executable, "-m", "harness", "run", "--platform", "cpu", "--out",
+                           small + "/out", "models"], cwd=project, capture_output=True, text=True)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("harness: error:")]
+    codes.append((kib, done.returncode, "Traceback" in done.stderr + done.stdout, len(errors)))
+    subprocess.run(["rm", "-rf", small + "/out", small + "/fill"])
+print(codes)
+"""
+
+
+def test_a_full_disk_under_out_is_one_line_and_exit_4_wherever_the_run_meets_it(project, tmp_path):
+    from tests.unit.test_ledger import _on_a_full_disk
+
+    root = project(SERIAL, test_ok="def test_ok():\n    pass\n")
+    done = _on_a_full_disk(tmp_path, RUN_ON_A_FULL_DISK, str(tmp_path / "small"), str(root))
+    assert done.returncode == 0, done.stderr[-2000:]
+    codes = eval(done.stdout)  # noqa: S307 (the script's own list of tuples)
+    full = [(kib, code, traceback, errors) for kib, code, traceback, errors in codes if code != 0]
+    assert full, codes  # the disk was full somewhere
+    wrong = [entry for entry in full if entry[1:] != (4, False, 1)]
+    assert wrong == [], codes
