@@ -43,7 +43,10 @@ class Use:
 
 _stops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> its engine's real stop
 _uses: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> Use
-_refused: weakref.WeakSet = weakref.WeakSet()  # LLMs the pool refused: a later shutdown only stops them
+# LLMs being decided or refused: a second shutdown meanwhile (vLLM's monitor thread shuts a dead engine
+# down again) only stops them, with no second decision
+_deciding: weakref.WeakSet = weakref.WeakSet()
+_deciding_lock = threading.Lock()
 
 
 VLLM_DEFAULT_UTILIZATION = 0.92  # vllm.LLM's default, used when the signature cannot be read
@@ -336,8 +339,12 @@ def _park(llm, stop: Callable[[], object], own: bool = False) -> bool:
     The pool stops a parked engine later with ``stop``, the shutdown its owner asked for.
     """
     pool = current().pool
-    if pool is None or llm in _refused:  # vLLM's own monitor shuts a dead engine down again
+    if pool is None:
         return False
+    with _deciding_lock:
+        if llm in _deciding:
+            return False
+        _deciding.add(llm)
     if pool.holds(llm):  # stopped again while parked: its owner means it
         pool.drop(llm)
         return False
@@ -353,8 +360,8 @@ def _park(llm, stop: Callable[[], object], own: bool = False) -> bool:
         release=release,
         refused=_unparkable(llm, own) or _left_by_error(),
     )
-    if not parked:
-        _refused.add(llm)
+    if parked:  # handed on later, closed again then: decided anew
+        _deciding.discard(llm)
     return parked
 
 
