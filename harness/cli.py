@@ -87,6 +87,12 @@ def _add_run(sub) -> None:
         help="a previous run (report.json or run dir): tests that started one engine configuration run "
         "one after another; with --shard, LPT sharding by its durations",
     )
+    run.add_argument(
+        "--baseline",
+        metavar="REPORT",
+        help="the base branch's report (or run dir): the summary opens with before -> after "
+        "(default: [tool.harness] baseline / HARNESS_BASELINE; one that cannot be read is one line there)",
+    )
     run.set_defaults(module="harness.run.command")
 
 
@@ -108,6 +114,25 @@ def _add_compare(sub) -> None:
         help="'starts' or 'wall:10%%': exit 1 when AFTER is worse",
     )
     compare.set_defaults(module="harness.report.compare")
+    merge = sub.add_parser(
+        "merge",
+        help="one suite's report from its shards' run directories (the parallel jobs of one build)",
+        epilog=COMPARE_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    merge.add_argument(
+        "shards", nargs="+", help="run directories (or report.json files) of one suite's shards"
+    )
+    merge.add_argument("--out", required=True, help="where the merged report.json and summary.md go")
+    merge.add_argument("--baseline", metavar="REPORT", help="the base branch's report: before -> after")
+    merge.add_argument(
+        "--fail-on-regression",
+        action="append",
+        default=[],
+        metavar="WHAT",
+        help="'starts' or 'wall:10%%' against --baseline: exit 1 when this build is worse",
+    )
+    merge.set_defaults(module="harness.report.merge")
 
 
 def _add_ci(sub) -> None:

@@ -41,6 +41,7 @@ class Settings(NamedTuple):
     cpu_workers: Workers = 1
     workers_per_gpu: Workers = 1
     ledger_dir: str | None = None
+    baseline: str | None = None  # the base branch's report: harness run's summary opens with before -> after
     reuse: bool = False
     reuse_engines: Annotated[int, Bounds(1, 64)] = 2  # warm engines a process keeps, while their shares fit
     reuse_check_s: Amount = 30.0  # a hand-off's reset that takes longer is refused, the engine shut down

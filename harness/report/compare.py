@@ -51,12 +51,19 @@ class Gate:
             raise HarnessError(f"--fail-on-regression {spec!r}: expected 'starts', 'wall' or 'wall:N%'")
         return cls("wall", float(match[1] or 0.0))
 
-    def regression(self, suite: dict) -> str | None:
-        """A one-line reason when AFTER is worse than BEFORE by this rule, else None."""
+    def regression(self, result: dict) -> str | None:
+        """A one-line reason when AFTER is worse than BEFORE by this rule, else None; a rise in starts
+        names each file whose starts grew."""
+        suite = result["suite"]["metrics"]
         if self.metric == "starts":
             before = suite["vllm_starts"][0] + suite["hf_starts"][0]
             after = suite["vllm_starts"][1] + suite["hf_starts"][1]
-            return f"runner starts rose: {change(before, after)}" if after > before else None
+            files = grown(result)
+            # a file that was there before and starts more now; a new file's starts are the new tests'
+            rose = any(f["status"] == "both" and _more(f) for f in result["files"])
+            if after <= before and not rose:
+                return None
+            return f"runner starts rose: {change(before, after)}" + "".join(f"; {file}" for file in files)
         before, after = suite["wall_s"]
         if before is None or after is None or not math.isfinite(before + after):
             raise HarnessError("--fail-on-regression wall: a report has no (finite) phase wall times")
@@ -67,16 +74,16 @@ class Gate:
 
 def main(args: argparse.Namespace) -> int:
     gates = [Gate.parse(spec) for spec in args.fail_on_regression]
-    before, after = _load(args.before), _load(args.after)
+    before, after = load_checked(args.before), load_checked(args.after)
     result = compare(before, after)
     print(render(result, args.format), end="")
-    reasons = [reason for gate in gates if (reason := gate.regression(result["suite"]["metrics"]))]
+    reasons = [reason for gate in gates if (reason := gate.regression(result))]
     for reason in reasons:
         print(f"harness: regression: {reason}", file=sys.stderr)
     return 1 if reasons else 0
 
 
-def _load(given: str) -> Report:
+def load_checked(given: str) -> Report:
     """A report as ``load`` reads it, refused unless it is a regular file (a FIFO would block the read)
     and of the shape ``compare`` reads: a wrong shape is bad input (2), not a regression (1)."""
     path = Path(given)
@@ -142,6 +149,23 @@ def render(result: dict, fmt: str) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
         for row in [header, *rows]
     )
+
+
+def _more(file: dict) -> bool:
+    return any(
+        (file["metrics"][m][1] or 0) > (file["metrics"][m][0] or 0) for m in ("vllm_starts", "hf_starts")
+    )
+
+
+def grown(result: dict) -> list[str]:
+    """Each file whose starts grew: ``tests/…/test_colbert.py: vLLM starts 1 → 6`` (``— → 3`` when new)."""
+    found = []
+    for file in result["files"]:
+        for metric, label in (("vllm_starts", "vLLM starts"), ("hf_starts", "HF starts")):
+            before, after = file["metrics"][metric]
+            if (after or 0) > (before or 0):
+                found.append(f"{file['name']}: {label} {'—' if before is None else before} → {after}")
+    return found
 
 
 def change(before, after, *, seconds: bool = False) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness.errors import InfrastructureError
 from harness.ledger.redaction import Redactor
+from harness.report import baseline as before_after
 from harness.report import html, junit, summary, timeline
 from harness.report.build import build
 from harness.report.publish import publish as publish_summary
@@ -27,19 +28,21 @@ def finalize(
     env: Mapping[str, str] | None = None,
     publish: bool = True,
     args: Iterable[str] | None = None,
+    baseline: str | None = None,
 ) -> Report:
     """Write every report file of ``run_dir`` and return the report.
 
     Credentials (``env``'s, and those of options in ``args``, the command line by default) are taken out
     of the report's data before any file is rendered, and out of pytest's own JUnit files of the run.
     ``publish`` appends the summary to ``$GITHUB_STEP_SUMMARY`` and annotates the Buildkite build when
-    the environment says we run there.
+    the environment says we run there. ``baseline`` (a report of the base branch) opens the summary with
+    before → after.
     """
     env = os.environ if env is None else env
     run_dir = Path(run_dir)
     redactor = Redactor(env, sys.argv if args is None else args)
     report = redactor.data(build(run_dir, env))
-    text = summary.render(report)
+    text = summary.render(report, opening=before_after.lines(report, baseline))
     svg = timeline.svg(report)
     files = {
         # allow_nan=False: NaN is not JSON; the build never lets one through, this keeps it so

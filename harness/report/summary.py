@@ -17,10 +17,13 @@ ROWS = 40  # rows per table before it is cut with a note
 SLOWEST = 10
 
 
-def render(report: Report, rows: int = ROWS, limit: int = LIMIT) -> str:
-    """The Markdown summary of a report."""
+def render(report: Report, rows: int = ROWS, limit: int = LIMIT, opening: list[str] | None = None) -> str:
+    """The Markdown summary of a report; ``opening`` (before → after a baseline) right under its title."""
+    heading = _heading(report)
     lines = [
-        *_heading(report),
+        *heading[:2],
+        *(opening or []),
+        *heading[2:],
         *_phases(report, rows),
         *_starts(report, rows),
         *_slowest(report["records"], rows),

@@ -77,6 +77,7 @@ def main(args) -> int:
                 write_atomic(out / "configurations.json", json.dumps(configurations, indent=1) + "\n")
                 env[CONFIGURATIONS] = str((out / "configurations.json").resolve())
             run = _Run(out, {}, selected, extra, env, settings, Console(), ci_deadline(env), lock)
+            run.baseline = args.baseline or settings.baseline
             return _run(run, suite, detection, shard, args.fail_fast)
         except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
             return 128 + stopped.signum
@@ -110,6 +111,7 @@ class _Run:
     workers: int | None = None  # what per-gpu resolves to (harness.platform.slots.auto_workers)
     found: dict[str, list[str]] | None = None  # each phase's node ids, from the run's one collection
     earlier: dict[str, list[str]] = field(default_factory=dict)  # ... that an earlier phase takes
+    baseline: str | None = None  # the base branch's report: the summary opens with before -> after
 
 
 def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
@@ -122,6 +124,7 @@ def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
         "platform_reason": detection.reason,
         "shard": f"{shard[0]}/{shard[1]}" if shard else None,
         "started": time.time(),
+        "baseline": run.baseline,
         "phases": [],
     }
     run.meta = meta
@@ -213,7 +216,7 @@ def _finish(out: Path, meta: dict, console, env: dict) -> None:
         timed_out = "yes" if phase["timed_out"] else ""
         table.add_row(phase["name"], str(phase["exit_code"]), f"{phase['wall_s']:.1f}", timed_out)
     console.print(table)
-    report = finalize(out, env=env)
+    report = finalize(out, env=env, baseline=meta.get("baseline"))
     kinds = report["starts"]["total"]["by_kind"]
     shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"
     total = report["starts"]["total"]

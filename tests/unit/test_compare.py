@@ -123,7 +123,11 @@ def test_fail_on_regression_starts_both_ways(reports):
     assert (better.returncode, better.stderr) == (0, "")
     worse = _harness("compare", str(shipped), str(naive), "--fail-on-regression", "starts")
     assert worse.returncode == 1
-    assert worse.stderr == "harness: regression: runner starts rose: 4 → 10 (+6)\n"
+    assert worse.stderr == (  # each file whose starts grew, named (a file new in AFTER: "— → n")
+        "harness: regression: runner starts rose: 4 → 10 (+6); tests/p/test_embed.py: vLLM starts 1 → 4; "
+        "tests/p/test_hf.py: HF starts 1 → 3; tests/p/test_rerank.py: vLLM starts 1 → 2; "
+        "tests/p/test_old.py: vLLM starts — → 1\n"
+    )
 
 
 def test_fail_on_regression_wall_percent_both_ways(tmp_path):

@@ -1,0 +1,111 @@
+"""``harness merge SHARD... --out DIR``: one suite's report from the reports of its shards (the parallel CI
+jobs of one build), its summary opening with before → after against ``--baseline``.
+
+The shards must be of one suite, one platform and one commit, each test in one shard only: anything else
+is one line and exit 2, never a wrong sum. A phase's wall is its slowest shard's (they ran side by side);
+tests, runner records, findings and reuse events are the shards' together; starts, files and advice are
+counted again from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError, InfrastructureError
+from harness.report import advisor, summary
+from harness.report import baseline as before_after
+from harness.report.build import files, starts
+from harness.report.compare import Gate, load_checked
+from harness.report.outcomes import worst
+from harness.report.publish import publish
+from harness.report.schema import Report
+from harness.report.store import write_atomic
+
+LISTS = ("tests", "records", "findings", "workers", "reuses", "reuse_refusals", "splits")
+
+
+def merge(reports: list[Report], names: list[str]) -> Report:
+    """The shards' reports as one (see the module)."""
+    _same(reports, names)
+    first = reports[0]
+    merged: dict = {**first, "shard": None, "shards": [r.get("shard") for r in reports]}
+    for field in LISTS:
+        merged[field] = [item for report in reports for item in report.get(field, [])]  # type: ignore[attr-defined]
+    merged["samples"] = sorted((s for r in reports for s in r.get("samples", [])), key=lambda s: s["t"])
+    merged["devices"] = list({d["uuid"]: d for r in reports for d in r.get("devices", [])}.values())
+    merged["phases"] = _phases(reports)
+    merged["starts"] = starts(merged["records"], merged["reuses"])
+    merged["files"] = files(merged["tests"])
+    merged["advice"] = advisor.advise(merged["records"])
+    return merged  # type: ignore[return-value]
+
+
+def _same(reports: list[Report], names: list[str]) -> None:
+    for field, read in (
+        ("suite", lambda r: r.get("suite")),
+        ("platform", lambda r: r["platform"].get("name")),
+        ("commit", lambda r: r.get("versions", {}).get("commit")),
+    ):
+        seen = {read(r) for r in reports}
+        if len(seen) > 1:
+            raise HarnessError(f"the shards are of different {field}s ({', '.join(sorted(map(str, seen)))})")
+    owner: dict[str, int] = {}
+    for index, report in enumerate(reports):
+        for test in report["tests"]:
+            if (first := owner.setdefault(test["nodeid"], index)) != index:
+                both = f"{names[first]}, {names[index]}"
+                raise HarnessError(f"{test['nodeid'][:200]} ran in two shards: {both}")
+
+
+def _phases(reports: list[Report]) -> list[dict]:
+    by_name: dict[str, list[dict]] = {}
+    for report in reports:
+        for phase in report["phases"]:
+            by_name.setdefault(phase["name"], []).append({**phase})
+    merged = []
+    for name, shards in by_name.items():
+        walls = [p["wall_s"] for p in shards if p.get("wall_s") is not None]
+        outcomes: dict[str, int] = {}
+        for shard in shards:
+            for outcome, count in shard.get("outcomes", {}).items():
+                outcomes[outcome] = outcomes.get(outcome, 0) + count
+        merged.append(
+            {
+                **shards[0],
+                "name": name,
+                "wall_s": max(walls) if walls else None,
+                "exit_code": worst([p.get("exit_code") or 0 for p in shards]),
+                "timed_out": any(p.get("timed_out") for p in shards),
+                "outcomes": outcomes,
+            }
+        )
+    return merged
+
+
+def main(args: argparse.Namespace) -> int:
+    gates = [Gate.parse(spec) for spec in args.fail_on_regression]
+    if gates and not args.baseline:
+        raise HarnessError("--fail-on-regression needs --baseline: what would this build be worse than?")
+    report = merge([load_checked(shard) for shard in args.shards], list(args.shards))
+    out = Path(args.out)
+    text = summary.render(report, opening=before_after.lines(report, args.baseline))
+    try:
+        write_atomic(out / "report.json", json.dumps(report, indent=1, allow_nan=False) + "\n")
+        write_atomic(out / "summary.md", text)
+    except OSError as error:
+        raise InfrastructureError(
+            f"{out}: cannot write the merged report ({error.strerror or error})"
+        ) from None
+    publish(text, report, os.environ)
+    total = report["starts"]["total"]
+    shown = f"{len(args.shards)} shards, {len(report['tests'])} tests, {total['starts']} runner starts"
+    print(f"{out / 'report.json'}: {shown}")
+    result, _ = before_after.against(report, args.baseline)
+    reasons = [reason for gate in gates if result is not None and (reason := gate.regression(result))]
+    for reason in reasons:
+        print(f"harness: regression: {reason}", file=sys.stderr)
+    return 1 if reasons else 0
