@@ -433,3 +433,30 @@ def test_history_with_a_record_of_the_wrong_type(project, capsys, record):
     other = {**record, "test": "t.py::b", "start": 2.0, "fingerprint": "abd"}  # sorted beside a good one
     (project / "bad.json").write_text(json.dumps(_report(records=[record, other])))
     one_line_exit_2(capsys, ["run", "--platform", "cpu", "--durations-from", "bad.json", "models"])
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "report.json",
+        "summary.md",
+        "junit.xml",
+        "timeline.svg",
+        "report.html",
+        "phases.json",
+        ".harness-run.lock",
+    ],
+)
+def test_a_report_file_planted_as_a_link_never_changes_the_file_it_points_to(project, capsys, planted):
+    """Every file of a run directory a hostile hand replaced by a link to a user's file: the user's file
+    keeps its bytes, whether the run then writes its own file or refuses the directory."""
+    (project / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
+    users = project / "users-file"
+    users.write_text("the user's own\n")
+    (project / "out" / planted).unlink()
+    (project / "out" / planted).symlink_to(users)
+    code = harness(["run", "--platform", "cpu", "--out", "out", "models"])
+    capsys.readouterr()
+    assert code in (0, 2)
+    assert users.read_text() == "the user's own\n"
