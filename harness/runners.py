@@ -19,6 +19,7 @@ vllm, torch and transformers are imported inside methods: importing this module 
 from __future__ import annotations
 
 import gc
+import math
 from typing import Any
 
 from harness.memory.waits import settle
@@ -116,6 +117,22 @@ class VllmRunner:
     def apply_model(self, func) -> list:
         """``func(model)`` on every worker's model, as ``LLM.apply_model``."""
         return self.llm.apply_model(func)
+
+    def collective_rpc(self, method, *args: Any, **kwargs: Any) -> list:
+        """``method`` (a worker method's name, or a function) on every worker, as ``LLM.collective_rpc``."""
+        return self.llm.collective_rpc(method, *args, **kwargs)
+
+    def generate_prompt_perplexity(self, prompts: list[str], mask: list[str] | None = None) -> list[float]:
+        """Each prompt's perplexity, ``exp`` of minus its tokens' mean log-probability (the first token has
+        none); with ``mask``, the tokens of each prompt's masked prefix are left out too."""
+        rows = self.generate_greedy_logprobs(prompts, 1, None, num_prompt_logprobs=0)
+        tokenizer = self.llm.get_tokenizer()
+        skipped = [len(tokenizer(prefix)["input_ids"]) for prefix in mask] if mask else [0] * len(prompts)
+        found = []
+        for row, skip in zip(rows, skipped, strict=True):
+            scored = [next(iter(step.values())).logprob for step in row[-1][1 + skip :]]
+            found.append(math.exp(-sum(scored) / len(scored)))
+        return found
 
     @staticmethod
     def get_inputs(prompts: list) -> list[dict]:

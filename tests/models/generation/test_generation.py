@@ -49,10 +49,21 @@ def hf_reference(model: str) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = False
     with HfRunner(model, dtype="float32") as hf:
         return {
+            "perplexity": [_perplexity(hf, prompt) for prompt in PROMPTS],
             "greedy": hf.generate_greedy(PROMPTS, MAX_TOKENS),
             "logprobs": hf.generate_greedy_logprobs_limit(PROMPTS, MAX_TOKENS, NUM_LOGPROBS),
             "beams": {w: hf.generate_beam_search(PROMPTS, w, MAX_TOKENS) for w in BEAM_WIDTHS},
         }
+
+
+def _perplexity(hf: HfRunner, prompt: str) -> float:
+    """``exp`` of minus the mean log-probability of each prompt token after the first, by HF."""
+    import torch
+
+    ids = hf.tokenizer(prompt, return_tensors="pt")["input_ids"].to(hf.model.device)
+    with torch.no_grad():
+        logprobs = torch.log_softmax(hf.model(ids).logits[0, :-1].float(), dim=-1)
+    return math.exp(-logprobs.gather(1, ids[0, 1:, None]).mean().item())
 
 
 @pytest.fixture(scope="session")
@@ -105,6 +116,15 @@ class TestSharedEngine:
         for (hf_beams, _), (vllm_beams, _) in zip(hf_outputs["beams"][beam_width], got, strict=True):
             assert len(hf_beams) == len(vllm_beams) == beam_width
             assert hf_beams[0] == vllm_beams[0]
+
+    def test_prompt_perplexity_matches_hf(self, hf_outputs, engine):
+        """vLLM's conftest runner's ``generate_prompt_perplexity``, on the harness's runner."""
+        got = engine.generate_prompt_perplexity(PROMPTS)
+        assert got == pytest.approx(hf_outputs["perplexity"], rel=1e-3)
+
+    def test_collective_rpc_reaches_every_worker(self, engine):
+        [inspection] = engine.collective_rpc("get_model_inspection")
+        assert "LlamaForCausalLM" in str(inspection) or "Qwen2ForCausalLM" in str(inspection)
 
     def test_batch_equals_singles(self, engine):
         batch = engine.generate_greedy(PROMPTS, MAX_TOKENS)
