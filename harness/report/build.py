@@ -59,7 +59,9 @@ def build(run_dir: Path, env: Mapping[str, str]) -> Report:
         "samples": sorted(ledger.samples, key=lambda sample: sample["t"]),
         "reuses": ledger.reuses,
         "reuse_refusals": ledger.refusals,
-        "splits": _splits(ledger.shards, ledger.tests),
+        "splits": _splits(
+            [split, *ledger.shards] if (split := meta.get("split")) else ledger.shards, ledger.tests
+        ),
         "starts": starts(ledger.records, ledger.reuses),
         "files": files(ledger.tests),
         "advice": advisor.advise(ledger.records),
@@ -70,7 +72,7 @@ def _splits(shards: list[dict], tests: list[TestResult]) -> list[dict]:
     """Each phase's ``--num-shards`` split (the first process's word for it: every worker makes the same)
     with the seconds its tests took, against the seconds it predicted."""
     seen: dict[object, dict] = {}
-    for shard in shards:
+    for shard in shards:  # harness run --shard's (no phase: the whole run) first
         seen.setdefault(shard.get("phase"), shard)
     return [
         {
@@ -79,7 +81,7 @@ def _splits(shards: list[dict], tests: list[TestResult]) -> list[dict]:
                 sum(
                     (t.get("setup_s") or 0) + (t.get("call_s") or 0) + (t.get("teardown_s") or 0)
                     for t in tests
-                    if t.get("phase") == phase
+                    if phase is None or t.get("phase") == phase
                 ),
                 3,
             ),

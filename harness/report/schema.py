@@ -68,6 +68,8 @@ class PhasesFile(TypedDict, total=False):
     platform_reason: str | None
     shard: str | None
     started: float | None
+    baseline: str | None  # --baseline: the base branch's report the summary compares with
+    split: dict | None  # --shard: the split's index, count, predicted seconds and source
     phases: Required[list[Phase]]
 
 

@@ -41,7 +41,7 @@ from harness.run.exits import phase_exit, run_exit
 from harness.run.process import Stopped, ignore_stop_signals, phase_timeout, stop_signals
 from harness.run.resume import run_resuming
 from harness.run.selection import claimed, members
-from harness.run.shards import configurations_from, durations_from, parse_shard, shard_paths
+from harness.run.shards import configurations_from, durations_from, parse_shard, predicted, shard_paths
 
 # set by harness run for each phase: a user's value would send results where the report does not look
 RESERVED = ("--harness-ledger-dir", "--junitxml", "--junit-xml", "--junitprefix", "--no-harness")
@@ -78,6 +78,13 @@ def main(args) -> int:
                 env[CONFIGURATIONS] = str((out / "configurations.json").resolve())
             run = _Run(out, {}, selected, extra, env, settings, Console(), ci_deadline(env), lock)
             run.baseline = args.baseline or settings.baseline
+            if shard:  # what the split expected of this shard, and from what
+                run.split = {
+                    "index": shard[0],
+                    "count": shard[1],
+                    "predicted_s": predicted(suite, shard, durations),
+                    "source": f"report {Path(str(history)).name}" if durations else "hash of the file paths",
+                }
             return _run(run, suite, detection, shard, args.fail_fast)
         except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
             return 128 + stopped.signum
@@ -112,6 +119,7 @@ class _Run:
     found: dict[str, list[str]] | None = None  # each phase's node ids, from the run's one collection
     earlier: dict[str, list[str]] = field(default_factory=dict)  # ... that an earlier phase takes
     baseline: str | None = None  # the base branch's report: the summary opens with before -> after
+    split: dict | None = None  # --shard: the split's index, count, predicted seconds and source
 
 
 def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
@@ -125,6 +133,7 @@ def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
         "shard": f"{shard[0]}/{shard[1]}" if shard else None,
         "started": time.time(),
         "baseline": run.baseline,
+        "split": run.split,
         "phases": [],
     }
     run.meta = meta

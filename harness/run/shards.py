@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
@@ -134,6 +135,20 @@ def _under(file: str, paths: tuple[str, ...]) -> bool:
 def shard_paths(suite: Suite, shard: tuple[int, int], durations: dict | None) -> dict[str, tuple[str, ...]]:
     """Per phase, the files of this shard: the whole suite's files are split once, so every phase of a
     shard job runs the same files and a file's engines start in one job only."""
-    files = test_files(tuple(dict.fromkeys(p for phase in suite.phases for p in phase.paths)))
-    mine = assign(files, shard[1], durations)[shard[0]]
+    mine = _mine(suite, shard, durations)
     return {phase.name: tuple(f for f in mine if _under(f, phase.paths)) for phase in suite.phases}
+
+
+def predicted(suite: Suite, shard: tuple[int, int], durations: dict | None) -> float | None:
+    """The recorded seconds of this shard's files (None without durations): what the split expects."""
+    if not durations:
+        return None
+    files = _mine(suite, shard, durations)
+    known = [durations[_key(f)] for f in files if _key(f) in durations]
+    median = statistics.median(durations.values())
+    return round(sum(known) + median * (len(files) - len(known)), 3)
+
+
+def _mine(suite: Suite, shard: tuple[int, int], durations: dict | None) -> list[str]:
+    files = test_files(tuple(dict.fromkeys(p for phase in suite.phases for p in phase.paths)))
+    return assign(files, shard[1], durations)[shard[0]]

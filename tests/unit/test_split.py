@@ -192,3 +192,28 @@ def test_with_pytest_shard_installed_it_keeps_its_flags_and_the_header_says_so(p
     assert result.ret == 0
     result.stdout.fnmatch_lines(["harness: pytest-shard owns --num-shards/--shard-id here*"])
     result.assert_outcomes(passed=4)  # the fake shards nothing: the harness did not split either
+
+
+def test_harness_run_shard_records_its_split_in_the_report(tmp_path, monkeypatch, fake_gpus):
+    """harness run --shard: the report names the shard, what the split predicted and from what."""
+    from harness.cli import main as harness
+
+    fake_gpus([], vendor="nvidia")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.harness.suites.s]\npaths = ["tests"]\n')
+    (tmp_path / "tests").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "tests" / f"test_{name}.py").write_text("def test_x():\n    pass\n")
+    assert harness(["run", "--platform", "cpu", "--out", "whole", "s"]) == 0
+    assert (
+        harness(
+            ["run", "--platform", "cpu", "--out", "one", "--shard", "0/2", "--durations-from", "whole", "s"]
+        )
+        == 0
+    )
+    [split_] = json.loads((tmp_path / "one" / "report.json").read_text())["splits"]
+    assert (split_["index"], split_["count"], split_["source"]) == (0, 2, "report whole")
+    assert split_["predicted_s"] >= 0 and split_["actual_s"] >= 0
+    assert harness(["run", "--platform", "cpu", "--out", "two", "--shard", "1/2", "s"]) == 0
+    [split_] = json.loads((tmp_path / "two" / "report.json").read_text())["splits"]
+    assert (split_["predicted_s"], split_["source"]) == (None, "hash of the file paths")
