@@ -106,13 +106,7 @@ def _add_compare(sub) -> None:
     compare.add_argument("before", help="the baseline: a report.json or its run directory")
     compare.add_argument("after", help="the run to judge: a report.json or its run directory")
     compare.add_argument("--format", choices=["text", "md", "json"], default="text", help="output format")
-    compare.add_argument(
-        "--fail-on-regression",
-        action="append",
-        default=[],
-        metavar="WHAT",
-        help="'starts' or 'wall:10%%': exit 1 when AFTER is worse",
-    )
+    _add_gate(compare, "AFTER is worse; 'starts' names each file whose starts grew")
     compare.set_defaults(module="harness.report.compare")
     merge = sub.add_parser(
         "merge",
@@ -125,14 +119,19 @@ def _add_compare(sub) -> None:
     )
     merge.add_argument("--out", required=True, help="where the merged report.json and summary.md go")
     merge.add_argument("--baseline", metavar="REPORT", help="the base branch's report: before -> after")
-    merge.add_argument(
+    _add_gate(merge, "this build is worse than --baseline")
+    merge.set_defaults(module="harness.report.merge")
+
+
+def _add_gate(parser: argparse.ArgumentParser, worse: str) -> None:
+    """``--fail-on-regression``, as ``compare`` and ``merge`` both take it."""
+    parser.add_argument(
         "--fail-on-regression",
         action="append",
         default=[],
         metavar="WHAT",
-        help="'starts' or 'wall:10%%' against --baseline: exit 1 when this build is worse",
+        help=f"'starts' or 'wall:10%%': exit 1 when {worse}",
     )
-    merge.set_defaults(module="harness.report.merge")
 
 
 def _add_ci(sub) -> None:

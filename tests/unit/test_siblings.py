@@ -30,16 +30,22 @@ SERVER = """
 """
 
 
-def test_another_process_live_runner_is_a_holder_until_it_exits(tmp_path):
+def _serving(tmp_path, share: float, config: str) -> tuple[Context, subprocess.Popen]:
+    """This process's context and a second process whose runner declared ``share`` of the device."""
     context = Context(HostPlatform(), Settings())
     total = context.platform.devices()[0].total_bytes
     context.writer = LedgerWriter(tmp_path, worker="main")
     server = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(SERVER), str(tmp_path), str(total // 2), "{}"],
+        [sys.executable, "-c", textwrap.dedent(SERVER), str(tmp_path), str(int(total * share)), config],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+    return context, server
+
+
+def test_another_process_live_runner_is_a_holder_until_it_exits(tmp_path):
+    context, server = _serving(tmp_path, 0.5, "{}")
     try:
         assert server.stdout.readline() == "started\n"
         siblings.refresh(context)
@@ -58,16 +64,7 @@ def test_another_process_live_runner_is_a_holder_until_it_exits(tmp_path):
 def test_a_holder_declares_the_share_its_runner_declared(tmp_path):
     """Bytes over this process's reading of the device drift with that reading (a server's 0.5 read as
     0.41 once): the share in the runner's configuration is the one it declared."""
-    context = Context(HostPlatform(), Settings())
-    total = context.platform.devices()[0].total_bytes
-    context.writer = LedgerWriter(tmp_path, worker="main")
-    config = '{"gpu_memory_utilization": 0.5}'
-    server = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(SERVER), str(tmp_path), str(int(total * 0.41)), config],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    context, server = _serving(tmp_path, 0.41, '{"gpu_memory_utilization": 0.5}')
     try:
         assert server.stdout.readline() == "started\n"
         siblings.refresh(context)
