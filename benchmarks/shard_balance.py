@@ -128,12 +128,11 @@ def main() -> int:
     counts = [int(part) for part in args.counts.split(",")]
     if args.own:
         try:
-            seconds, source = split.test_seconds(args.own)
+            seconds, source, history = split.recorded(args.own)
         except HarnessError as error:
             print(f"shard_balance: error: {error}", file=sys.stderr)
             return 2
         # a JUnit file or .test_durations records no runners: the harness keeps whole files together
-        history = split.history(args.own) if source == "report" else split.History()
         table(f"own suite ({source})", sorted(seconds), seconds, {}, history, counts)
     nodeids, seconds, engines, report = generated(args.runs, args.seed)
     table("generated tests/models tree", nodeids, seconds, engines, split.History(report), counts)

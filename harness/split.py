@@ -55,6 +55,12 @@ def test_seconds(path: str | os.PathLike[str]) -> tuple[dict[str, float], str]:
     """Seconds per test from ``path`` and what it was: a report.json (or the run directory holding one),
     a JUnit XML file (keyed ``classname::name``, as ``junit_key`` makes them), or pytest-split's
     ``.test_durations`` (node id → seconds). A file that is none of them is one ``HarnessError`` line."""
+    seconds, source, _ = recorded(path)
+    return seconds, source
+
+
+def recorded(path: str | os.PathLike[str]) -> tuple[dict[str, float], str, History]:
+    """``test_seconds`` and, from a report.json, its ``History`` (an empty one from the others): one read."""
     where = Path(path)
     if where.is_dir():
         where = where / "report.json"
@@ -63,15 +69,16 @@ def test_seconds(path: str | os.PathLike[str]) -> tuple[dict[str, float], str]:
     except (OSError, UnicodeDecodeError) as error:
         raise HarnessError(f"{path}: cannot read recorded durations ({error})") from None
     if text.lstrip().startswith("<"):
-        return _junit(path, text), "junit"
+        return _junit(path, text), "junit", History()
     try:
         data = json.loads(text)
     except ValueError as error:
         raise HarnessError(f"{path}: neither JSON nor JUnit XML ({error})") from None
     if isinstance(data, dict) and isinstance(data.get("tests"), list):
-        return _report(path, data["tests"]), "report"
+        known = isinstance(data.get("records"), list)  # a report of runner starts: units from them
+        return _report(path, data["tests"]), "report", History(data) if known else History()
     if isinstance(data, dict):
-        return {str(k): _seconds(path, v) for k, v in data.items()}, "test_durations"
+        return {str(k): _seconds(path, v) for k, v in data.items()}, "test_durations", History()
     raise HarnessError(f"{path}: expected a report.json or pytest-split's .test_durations object")
 
 
@@ -123,7 +130,7 @@ class History:
         self.known = report is not None
         self.together: dict[str, str] = {}  # a file, or a class's node id -> the unit that holds it
         self.configuration: dict[str, str] = {}  # node id -> fingerprint
-        for record in (report or {}).get("records", []) + (report or {}).get("reuses", []):
+        for record in [*(report or {}).get("records", []), *(report or {}).get("reuses", [])]:
             if not isinstance(record, dict) or not isinstance(record.get("test"), str):
                 continue
             test, scope = record["test"], record.get("scope")
@@ -151,16 +158,3 @@ class History:
         if nodeid in self.configuration:
             return f"configuration {file} {self.configuration[nodeid]}"
         return f"test {nodeid}"
-
-
-def history(path: str | os.PathLike[str]) -> History:
-    """The ``History`` of a report.json (or run directory); an empty one for JUnit and .test_durations."""
-    where = Path(path)
-    where = where / "report.json" if where.is_dir() else where
-    try:
-        data = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return History()  # not a report: test_seconds has said what it is, or what is wrong with it
-    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
-        return History()
-    return History(data)

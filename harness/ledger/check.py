@@ -61,6 +61,11 @@ def outcome(value: Any) -> bool:
     return value in OUTCOMES
 
 
+def share(value: Any) -> bool:
+    """A declared share of a device: above 0, at most 1."""
+    return _number(value, 0, 1) and value > 0
+
+
 def kind(value: Any) -> bool:
     return value in KINDS
 
@@ -76,6 +81,7 @@ WHAT: dict[Check, str] = {
     byte_counts: "bytes by device",
     outcome: "an outcome (" + ", ".join(OUTCOMES) + ")",
     kind: "a runner kind (" + ", ".join(KINDS) + ")",
+    share: "a share of a device above 0, at most 1",
 }
 
 # (check, required, nullable) per field, per event; ``t`` and ``event`` are every event's
@@ -91,6 +97,7 @@ FIELDS: dict[str, dict[str, tuple[Check, bool, bool]]] = {
         **_OWNER,
         "devices": (texts, *OPTIONAL),
         "need_bytes": (count, *NULLABLE),
+        "fraction": (share, *NULLABLE),
         "mem_before": (byte_counts, *NULLABLE),
     },
     "runner-started": {

@@ -27,6 +27,7 @@ class Record(TypedDict):
     phase: str | None
     devices: list[str]  # device UUIDs, ["cpu"] on the CPU
     need_bytes: int | None
+    fraction: NotRequired[float | None]  # the share of each device it declared
     mem_before: dict[str, int]
     start: float
     startup_s: float | None

@@ -17,6 +17,9 @@ from collections.abc import Sequence
 
 from harness.errors import DeviceMaskError
 
+# every variable that hides devices from a process: NVIDIA, AMD (ROCR filters, HIP indexes) and Intel GPUs
+VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+
 
 def normalise_bus_id(bus_id: str) -> str:
     """``00000000:1B:00.0`` (NVML) and ``0000:1b:00.0`` (amdsmi) → ``0000:1b:00.0``, so they compare."""

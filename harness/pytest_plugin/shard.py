@@ -41,10 +41,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"--num-shards {count} --shard-id {index}: need N >= 1 and 0 <= id < N")
     path = durations_path(config)
     try:
-        seconds, source = split.test_seconds(path) if path else ({}, "none")
+        seconds, source, history = split.recorded(path) if path else ({}, "none", split.History())
     except HarnessError as error:
         raise pytest.UsageError(str(error)) from None
-    history = split.history(path) if path else split.History()
     mine, predicted = select([item.nodeid for item in items], count, index, seconds, history)
     kept = [item for item in items if item.nodeid in mine]
     dropped = [item for item in items if item.nodeid not in mine]

@@ -21,8 +21,10 @@ def against(report: Report, path: str | None) -> tuple[dict | None, str | None]:
         before = load_checked(path)
     except HarnessError as error:
         return None, f"the baseline {path} cannot be compared: {str(error).splitlines()[0]}"
-    for field, now in (("suite", report.get("suite")), ("platform", report["platform"].get("name"))):
-        then = before.get(field) if field == "suite" else before["platform"].get("name")
+    for field, then, now in (
+        ("suite", before.get("suite"), report.get("suite")),
+        ("platform", before["platform"].get("name"), report["platform"].get("name")),
+    ):
         if then != now:
             return None, f"the baseline {path} is of {field} {then!r}, this run of {now!r}: not compared"
     return compare(before, report), None

@@ -55,7 +55,6 @@ class Started:
     base: str | None = None
     environment: dict[str, str] = field(default_factory=dict)
     fresh: bool = False
-    pid: int = field(default_factory=os.getpid)
 
 
 @dataclass
@@ -178,7 +177,7 @@ class Pool:
         began = self.started.get(engine)
         fresh = fresh or self.fresh or (began is not None and began.fresh)
         checking = time.monotonic()
-        reason = refused or self._against(began) or _refusal(engine, began, fresh, reset, state)
+        reason = refused or self._against() or _refusal(engine, began, fresh, reset, state)
         if reason is not None:
             self._refused(key, began.run if began else None, reason)
             return False
@@ -189,13 +188,11 @@ class Pool:
         self.make_room(None, keep=self.capacity)
         return True
 
-    def _against(self, began: Started | None) -> str | None:
+    def _against(self) -> str | None:
         if self.failed:
             return "its test failed"
-        if began is not None and began.pid != os.getpid():
-            return "another process started it (a forked test's parent)"
-        if self.pid != os.getpid():
-            return "a forked test's process started it, and ends without closing what it keeps"
+        if self.pid != os.getpid():  # a forked child's pool: its own engine or its parent's
+            return "it is closed in a forked test's process, which ends without closing what it keeps"
         return None
 
     def test_failed(self, test: str) -> None:

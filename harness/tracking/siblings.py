@@ -46,9 +46,9 @@ def _holder(path: Path, record: Record, devices: dict[str, tuple[int, int]]) -> 
     used = record.get("held_after_start") or {}
     # the share the runner declared, as it declared it: its bytes over this process's reading of the
     # device's total drift with that reading (node 0 read 0.41 for a server's declared 0.5)
-    share = (record.get("config") or {}).get("gpu_memory_utilization")
-    if not isinstance(share, int | float) or isinstance(share, bool) or not 0 < share <= 1:
-        share = round(declared / total, 4) if declared and total else None
+    share = record.get("fraction")
+    if share is None and declared and total:  # a ledger written before runner-start had the field
+        share = round(declared / total, 4)
     return Holder(
         key=(KEY, path.name, record["id"]),
         label=f"{record['kind']} runner `{record['model']}` of another process ({path.name})",

@@ -417,6 +417,7 @@ def _announce(
         **owner.fields(),
         devices=list(run.keys.values()),
         need_bytes=declared,
+        fraction=need.fraction,
         mem_before=run.mem_before,
     )
     return run

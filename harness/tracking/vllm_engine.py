@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.platform import masks
 from harness.tracking.context import current
 
 if TYPE_CHECKING:  # every recording session imports this module (patches): the recording path and the
@@ -167,8 +168,7 @@ def _watch_shutdown(engine, run) -> None:
 _set_by_vllm: dict[str, str] = {}  # variables vLLM set itself while building an engine, and to what
 
 # what changes an engine besides its arguments and vLLM's own list (``vllm.envs.environment_variables``):
-# device masks, and the libraries vLLM builds on
-MASKS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+# device masks (``platform.masks.VARIABLES``), and the libraries vLLM builds on
 PREFIXES = ("VLLM_", "HF_", "PYTORCH_", "NCCL_")
 
 
@@ -176,7 +176,7 @@ def _read_by_vllm() -> frozenset[str]:
     """The variables vLLM reads, from its own list where the loaded vLLM has one."""
     envs = sys.modules.get("vllm.envs")
     listed = getattr(envs, "environment_variables", None)
-    return frozenset(listed if isinstance(listed, dict) else ()) | frozenset(MASKS)
+    return frozenset(listed if isinstance(listed, dict) else ()) | frozenset(masks.VARIABLES)
 
 
 def environment() -> dict[str, str]:

@@ -261,7 +261,11 @@ def test_a_forked_child_never_takes_parks_or_stops_its_parents_engines(world):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert start("A") is warm
-    child = [r for r in ledger.read(directory).refusals if r["reason"].startswith("a forked test's process")]
+    child = [
+        r
+        for r in ledger.read(directory).refusals
+        if r["reason"].startswith("it is closed in a forked test's process")
+    ]
     assert len(child) == 1
 
 

@@ -59,7 +59,7 @@ def test_reuse_keeps_every_outcome_and_says_why_it_refused(pytester, monkeypatch
     assert reasons[:3] == [
         ("fresh_answers", unseeded),
         ("random_state_as_seeded", unseeded),
-        ("forked", "a forked test's process started it, and ends without closing what it keeps"),
+        ("forked", "it is closed in a forked test's process, which ends without closing what it keeps"),
     ]
     assert ("fails_only_on_a_handed_on_engine", "it was closed by an exception (AssertionError)") in reasons
     [finding] = [f for f in merged.findings if f["type"] == "reuse-sensitive"]

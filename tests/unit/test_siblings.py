@@ -20,9 +20,9 @@ SERVER = """
 
     writer = LedgerWriter(sys.argv[1], worker="main.4242")
     owner = dict(test="t.py::test_a", file="t.py", fixture="server", scope="module", worker="main")
-    config = json.loads(sys.argv[3])
-    writer.write("runner-start", id="main.4242-1", kind="vllm", model="m", fingerprint="f", config=config,
-                 **owner, phase=None, devices=["cpu"], need_bytes=int(sys.argv[2]), mem_before={})
+    declared = json.loads(sys.argv[3])  # what else its runner-start says (its declared share)
+    writer.write("runner-start", id="main.4242-1", kind="vllm", model="m", fingerprint="f", config={},
+                 **owner, phase=None, devices=["cpu"], need_bytes=int(sys.argv[2]), mem_before={}, **declared)
     writer.write("runner-started", id="main.4242-1", startup_s=30.0, mem_after_start={},
                  held_after_start={"cpu": 2**30})
     print("started", flush=True)
@@ -63,8 +63,8 @@ def test_another_process_live_runner_is_a_holder_until_it_exits(tmp_path):
 
 def test_a_holder_declares_the_share_its_runner_declared(tmp_path):
     """Bytes over this process's reading of the device drift with that reading (a server's 0.5 read as
-    0.41 once): the share in the runner's configuration is the one it declared."""
-    context, server = _serving(tmp_path, 0.41, '{"gpu_memory_utilization": 0.5}')
+    0.41 once): the share its runner-start records is the one it declared."""
+    context, server = _serving(tmp_path, 0.41, '{"fraction": 0.5}')
     try:
         assert server.stdout.readline() == "started\n"
         siblings.refresh(context)
