@@ -429,7 +429,7 @@ def alive(llm) -> str | None:
         manager = resources.engine_manager
         for process in getattr(manager, "processes", ()):
             if not process.is_alive():
-                return f"its engine process {process.pid} exited ({process.exitcode})"
+                return f"its engine process exited (pid {process.pid}, exit code {process.exitcode})"
         if engine.has_unfinished_requests():
             return "requests were left unfinished in it"
     except Exception as error:  # an engine that cannot say is not one to hand on
