@@ -78,7 +78,9 @@ def _add_run(sub) -> None:
         "--platform", choices=["cuda", "rocm", "cpu"], help="the platform to run on (default: detected)"
     )
     run.add_argument("--phase", action="append", dest="phases", metavar="NAME", help="run only these phases")
-    run.add_argument("--out", help="run directory (default harness-out/<suite>-<platform>/)")
+    run.add_argument(
+        "--out", help="run directory (default harness-out/<suite>-<platform>/, a shard's with -<i>of<N>)"
+    )
     run.add_argument("--fail-fast", action="store_true", help="stop after the first failing phase")
     run.add_argument("--shard", metavar="I/N", help="run shard I (0-based) of N; Buildkite fills it")
     run.add_argument(

@@ -8,15 +8,17 @@ session died before a summary. The pipeline is uploaded with Buildkite's interpo
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
+from collections.abc import Mapping
 
 import yaml
 
-from harness.ci.matrix import Cell, CiSettings, Container, cells, load
+from harness.ci import baseline
+from harness.ci.matrix import Cell, CiSettings, Container, cells, harness_requirement, load
 from harness.config.settings import CI_DEADLINE
 from harness.errors import HarnessError
-from harness.platform.packages import installed
 from harness.report.publish import annotation_context
 
 _NOX_VENV = ".harness-nox"
@@ -29,9 +31,18 @@ _PLUGIN_LISTS = {"--device": "devices", "--group-add": "additional-groups"}
 SECRETS = ("HF_TOKEN",)  # passed from the agent's environment into the container when set there
 
 
-def pipeline(selected: list[Cell], settings: CiSettings, parallelism: int) -> dict:
-    """The pipeline as data (what ``main`` prints as YAML)."""
-    return {"steps": [_step(cell, settings, parallelism) for cell in selected]}
+def pipeline(
+    selected: list[Cell], settings: CiSettings, parallelism: int, build: Mapping[str, str] | None = None
+) -> dict:
+    """The pipeline as data (what ``main`` prints as YAML): per cell its test step, then the step that
+    merges the cell's jobs and compares them with the base branch (``build``: the uploading job's
+    environment, which says the branch)."""
+    base = baseline.Build.of(build if build is not None else os.environ, settings.baseline_branches)
+    steps = []
+    for cell in selected:
+        compare = {**baseline.step(cell, settings, parallelism, base), "retry": retries(settings)}
+        steps += [_step(cell, settings, parallelism), compare]
+    return {"steps": steps}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -52,8 +63,8 @@ def _step(cell: Cell, settings: CiSettings, parallelism: int) -> dict:
         "agents": {"queue": settings.queues[cell.platform]},
         "commands": _commands(cell, settings, parallelism, container),
         "timeout_in_minutes": settings.timeout_in_minutes,
-        "retry": {"automatic": [{**rule, "limit": settings.retry_limit} for rule in _INFRA_FAILURES]},
-        "artifact_paths": [f"{cell.run_dir}/**/*"],
+        "retry": retries(settings),
+        "artifact_paths": [f"{cell.shard_dirs(parallelism)}/**/*"],
     }
     if container:
         step["plugins"] = [{DOCKER_PLUGIN: _docker(container)}]
@@ -62,23 +73,27 @@ def _step(cell: Cell, settings: CiSettings, parallelism: int) -> dict:
     return step
 
 
+def retries(settings: CiSettings) -> dict:
+    """Buildkite's automatic retries for work lost to the machine, never for failed tests."""
+    return {"automatic": [{**rule, "limit": settings.retry_limit} for rule in _INFRA_FAILURES]}
+
+
 def _commands(cell: Cell, settings: CiSettings, parallelism: int, container: Container | None) -> list[str]:
     # An image has the test stack: nox and the harness that generated this step go into it (the container
     # is thrown away after the step). A prebuilt agent has all of it. Otherwise nox gets a venv of its own
     # (agents' system Pythons are often externally managed), with uv to build the session's venv.
     setup, nox = [], shlex.join(["nox", "-s", cell.session, "--no-venv"])
     if container:
-        install = shlex.join(["python3", "-m", "pip", "install", "--quiet", "nox", _harness_requirement()])
+        install = shlex.join(["python3", "-m", "pip", "install", "--quiet", "nox", harness_requirement()])
         setup = [f"PIP_BREAK_SYSTEM_PACKAGES=1 {install}"]
     elif not settings.prebuilt_image:
         setup = [f"python3 -m venv {_NOX_VENV} && {_NOX_VENV}/bin/pip install --quiet 'nox[uv]'"]
         nox = shlex.join([f"{_NOX_VENV}/bin/nox", "-s", cell.session])
-    summary = shlex.quote(f"{cell.run_dir}/summary.md")
+    shard = f"-$${{BUILDKITE_PARALLEL_JOB}}of{parallelism}" if parallelism > 1 else ""
+    summary = shlex.quote(f"{cell.run_dir}") + f"{shard}/summary.md"
     # the context harness run annotates with (summary.annotation_context), so a retried job's summary
     # replaces this line rather than standing beside it
-    context = shlex.quote(annotation_context(cell.suite, cell.platform)) + (
-        f"-$${{BUILDKITE_PARALLEL_JOB}}of{parallelism}" if parallelism > 1 else ""
-    )
+    context = shlex.quote(annotation_context(cell.suite, cell.platform)) + shard
     # ``harness run`` annotates the build with its summary itself; a session that died before writing
     # one still leaves a line saying so.
     missing = (
@@ -112,12 +127,3 @@ def _docker(container: Container) -> dict:
         {"propagate-environment": True, "mount-buildkite-agent": True, "shell": ["/bin/bash", "-e", "-c"]}
     )
     return plugin
-
-
-def _harness_requirement() -> str:
-    """The distribution and version of the harness printing this pipeline, for the image to install."""
-    found = installed(("harness",))["harness"]
-    if found is None:
-        raise HarnessError("the harness is not installed as a distribution: pip install it to generate steps")
-    version, distribution = found
-    return f"{distribution}=={version}"

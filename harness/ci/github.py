@@ -16,7 +16,8 @@ from harness.ci.matrix import cells, load
 def matrix(args: argparse.Namespace) -> list[dict]:
     """One dict per cell; ``session`` is the nox session the job runs, ``artifact`` a name unique per cell.
 
-    ``image`` and ``container_options`` are the job's ``container`` (empty: the job runs on the runner).
+    ``image`` and ``container_options`` are the job's ``container`` (empty: the job runs on the runner);
+    ``fail_on_regression`` and ``baseline_branches`` are for the compare job after the tests.
     """
     settings, known_suites = load()
     rows = []
@@ -33,6 +34,9 @@ def matrix(args: argparse.Namespace) -> list[dict]:
                 "image": container.image if container else "",
                 # values are checked to need no quoting: the runner splits this string itself
                 "container_options": " ".join(container.docker_flags()) if container else "",
+                # the compare job: gates for builds that compare, branches whose pushes keep the baseline
+                "fail_on_regression": " ".join(settings.fail_on_regression),
+                "baseline_branches": list(settings.baseline_branches),
             }
         )
     return rows

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Annotated
 
 from harness.config.pyproject import find_pyproject, read_table
-from harness.config.suites import parse_suite
+from harness.config.suites import parse_suite, run_dir
 from harness.config.validate import Bounds, Count, expected, fields_of, hints, known
 from harness.errors import ConfigError, HarnessError
 from harness.platform import PLATFORMS
+from harness.platform.packages import installed
+from harness.report.compare import Gate
 
 QUEUES = {"cuda": "gpu-cuda", "rocm": "gpu-rocm", "cpu": "cpu"}
 # How a container reaches the platform's GPUs: the flags vLLM's CUDA and ROCm images are run with.
@@ -34,6 +36,8 @@ _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 _VALUE = re.compile(r"[A-Za-z0-9/._:=,@+-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PATH = re.compile(r"/[A-Za-z0-9/._+-]*")  # no ':' or ',': it becomes a docker volume "path:MODEL_CACHE"
+_BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+CACHE_BACKENDS = ("s3", "gcs", "azure", "fs")  # the Buildkite cache plugin's own backends
 _SAFE = "letters, digits and / . _ : = , @ + - only"
 _SAFE_PATH = "letters, digits and / . _ + - only"
 
@@ -53,6 +57,11 @@ class CiSettings:
     device_options: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEVICE_OPTIONS))
     env: dict[str, str] = field(default_factory=dict)  # set in every container
     model_cache: str | None = None  # host directory mounted at MODEL_CACHE, the containers' HF_HOME
+    # the compare step after a suite's jobs: its gates (e.g. "starts") in builds that compare with the
+    # baseline; the branches whose builds keep it (empty: the default branch); Buildkite's cache backend
+    fail_on_regression: tuple[str, ...] = ()
+    baseline_branches: tuple[str, ...] = ()
+    cache_backend: str = "s3"
 
     def container(self, platform: str) -> Container | None:
         """The container a cell of ``platform`` runs in, or None: it runs on the agent itself."""
@@ -104,7 +113,11 @@ class Cell:
 
     @property
     def run_dir(self) -> str:
-        return f"harness-out/{self.suite}-{self.platform}"
+        return run_dir(self.suite, self.platform)
+
+    def shard_dirs(self, parallelism: int) -> str:
+        """The run directories of the cell's jobs as a glob (one per shard: ``harness run``'s default)."""
+        return f"{self.run_dir}-*of{parallelism}" if parallelism > 1 else self.run_dir
 
 
 def check_name(kind: str, value: str) -> str:
@@ -180,6 +193,7 @@ def _settings(table: dict) -> CiSettings:
         if platform not in PLATFORMS:
             expected(f"{where} platforms", f"names from {', '.join(PLATFORMS)}", platform)
     _check_containers(values)
+    _check_baseline(values)
     device_options = {**DEVICE_OPTIONS, **values.pop("device_options", {})}
     return CiSettings(queues={**QUEUES, **queues}, device_options=device_options, **values)
 
@@ -213,6 +227,32 @@ def _check_containers(values: dict) -> None:
         )
 
 
+def _check_baseline(values: dict) -> None:
+    """Gates as their canonical spec; branch names and the backend: values that reach YAML and a shell."""
+    where = "[tool.harness.ci]"
+    gates = []
+    for spec in values.get("fail_on_regression", ()):
+        try:
+            gates.append(Gate.parse(spec).spec)
+        except HarnessError:
+            expected(f"{where} fail_on_regression", "'starts', 'wall' or 'wall:N%' each", spec)
+    if "fail_on_regression" in values:
+        values["fail_on_regression"] = tuple(gates)
+    for branch in values.get("baseline_branches", ()):
+        _match(f"{where} baseline_branches", branch, _BRANCH, "branch names of letters, digits and / . _ -")
+    if values.get("cache_backend", "s3") not in CACHE_BACKENDS:
+        expected(f"{where} cache_backend", f"one of {', '.join(CACHE_BACKENDS)}", values["cache_backend"])
+
+
 def _match(label: str, value: str, pattern: re.Pattern, what: str) -> None:
     if not pattern.fullmatch(value):
         expected(label, what, value)
+
+
+def harness_requirement() -> str:
+    """The distribution and version of the harness printing a pipeline, for its steps to install."""
+    found = installed(("harness",))["harness"]
+    if found is None:
+        raise HarnessError("the harness is not installed as a distribution: pip install it to generate steps")
+    version, distribution = found
+    return f"{distribution}=={version}"

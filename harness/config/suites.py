@@ -171,3 +171,10 @@ def check_paths(suite: Suite, root: Path) -> None:
                 raise ConfigError(f"{where}: {given!r} is outside the project ({inside})")
             if not os.path.exists(path):
                 raise ConfigError(f"{where}: {given!r} does not exist")
+
+
+def run_dir(suite: str, platform: str, shard: tuple[int, int] | None = None) -> str:
+    """A run's default directory, ``harness-out/<suite>-<platform>[-<i>of<N>]``: one per shard, so the
+    parallel jobs of one CI step upload their reports under different paths for the merge step."""
+    name = f"harness-out/{suite}-{platform}"
+    return f"{name}-{shard[0]}of{shard[1]}" if shard else name

@@ -6,6 +6,8 @@ line in the summary, never a failure and never a wrong comparison.
 
 from __future__ import annotations
 
+import os
+
 from harness.errors import HarnessError
 from harness.report.compare import METRICS, SECONDS, change, compare, load_checked
 from harness.report.schema import Report
@@ -17,6 +19,8 @@ def against(report: Report, path: str | None) -> tuple[dict | None, str | None]:
     """``compare(baseline, report)``, or why there is none (None, None: no baseline asked for)."""
     if not path:
         return None, None
+    if not os.path.lexists(path):  # CI restored nothing: the base branch kept none yet, or no store answered
+        return None, f"no baseline at {path} yet: the base branch's build keeps one; nothing compared"
     try:
         before = load_checked(path)
     except HarnessError as error:

@@ -51,6 +51,11 @@ class Gate:
             raise HarnessError(f"--fail-on-regression {spec!r}: expected 'starts', 'wall' or 'wall:N%'")
         return cls("wall", float(match[1] or 0.0))
 
+    @property
+    def spec(self) -> str:
+        """The rule as ``--fail-on-regression`` takes it, in one spelling (generated CI files carry it)."""
+        return self.metric if self.metric == "starts" else f"wall:{self.percent:g}%"
+
     def regression(self, result: dict) -> str | None:
         """A one-line reason when AFTER is worse than BEFORE by this rule, else None; a rise in starts
         names each file whose starts grew."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -59,6 +60,29 @@ def _same(reports: list[Report], names: list[str]) -> None:
             if (first := owner.setdefault(test["nodeid"], index)) != index:
                 both = f"{names[first]}, {names[index]}"
                 raise HarnessError(f"{test['nodeid'][:200]} ran in two shards: {both}")
+    _complete([r.get("shard") for r in reports])
+
+
+def _complete(shards: list) -> None:
+    """Every shard of one split, once: a shard whose job died leaves no report, and a suite merged
+    without it would show fewer starts than it made."""
+    if all(shard is None for shard in shards):
+        return  # unsharded runs (one report per job)
+    matches = [
+        re.fullmatch(r"([0-9]{1,6})/([0-9]{1,6})", shard) if isinstance(shard, str) else None
+        for shard in shards
+    ]
+    if not all(matches):
+        raise HarnessError(f"the shards are not all of one split ({', '.join(map(str, shards))[:300]})")
+    split = [(int(match[1]), int(match[2])) for match in matches if match]
+    counts = {count for _, count in split}
+    if len(counts) > 1:
+        raise HarnessError(f"the shards are of splits into {' and '.join(map(str, sorted(counts)))}")
+    count = counts.pop()
+    missing = sorted(set(range(count)) - {index for index, _ in split})
+    if missing:
+        named = ", ".join(f"{index}/{count}" for index in missing[:5])
+        raise HarnessError(f"shard {named} of {count} missing: its job left no report to merge")
 
 
 def _phases(reports: list[Report]) -> list[dict]:

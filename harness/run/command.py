@@ -26,7 +26,7 @@ from rich.table import Table
 
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.settings import Settings, ci_deadline, load_settings
-from harness.config.suites import Suite, check_paths, load_suite
+from harness.config.suites import Suite, check_paths, load_suite, run_dir
 from harness.config.variables import CONFIGURATIONS, SWITCH
 from harness.errors import HarnessError
 from harness.ledger.redaction import Redactor
@@ -69,7 +69,7 @@ def main(args) -> int:
     selected = shard_paths(suite, shard, durations) if shard else {}
     extra = _pytest_args(args.pytest_args or [])
 
-    out = Path(args.out or f"harness-out/{directory.segment('suite', suite.name)}-{platform}")
+    out = Path(args.out or run_dir(directory.segment("suite", suite.name), platform, shard))
     with directory.locked(out) as lock, stop_signals():
         try:
             directory.clear(out)

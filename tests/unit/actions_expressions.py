@@ -1,12 +1,12 @@
 """GitHub Actions' ``${{ }}`` expressions, evaluated as the runner does, for the workflow tests.
 
 The part of the language the shipped workflows use: literals, context properties (``.`` and ``[]``,
-names case-insensitive, a missing one is null), ``!``, ``==``, ``!=``, ``&&``, ``||``, parentheses and
-``format``/``fromJSON``. ``&&`` and ``||`` give one of their operands, not a boolean; ``==`` compares
-strings ignoring case and values of two types as numbers (null is 0, a non-numeric string NaN), as
-GitHub's documentation of expressions says. Checked against GitHub's own evaluator (npm
+names case-insensitive, a missing one is null), ``!``, ``==``, ``!=``, ``&&``, ``||``, parentheses,
+``format``, ``fromJSON`` and ``contains``. ``&&`` and ``||`` give one of their operands, not a boolean;
+``==`` compares strings ignoring case and values of two types as numbers (null is 0, a non-numeric
+string NaN), as GitHub's documentation of expressions says. Checked against GitHub's own evaluator (npm
 ``@actions/expressions`` 0.3.61) on the shipped workflows' expressions with fork, same-repository and
-push payloads: the same results.
+push payloads: the same results (``contains``, added for the compare job, from the documentation alone).
 """
 
 from __future__ import annotations
@@ -78,7 +78,14 @@ def _format(template: str, *args) -> str:
     return re.sub(r"\{(\d+)\}", lambda match: to_string(args[int(match.group(1))]), template)
 
 
-_FUNCTIONS = {"format": _format, "fromjson": json.loads}
+def _contains(search, item) -> bool:
+    """An array holding ``item`` (compared as ``==`` does), or a string holding it, ignoring case."""
+    if isinstance(search, list):
+        return any(_equal(entry, item) for entry in search)
+    return to_string(item).casefold() in to_string(search).casefold()
+
+
+_FUNCTIONS = {"format": _format, "fromjson": json.loads, "contains": _contains}
 
 
 class _Parser:

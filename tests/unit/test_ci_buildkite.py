@@ -51,18 +51,25 @@ def validate(path: Path, schema: str = "vendor.buildkite") -> subprocess.Complet
     )
 
 
-def generate(cwd: Path, *args: str) -> dict:
-    done = harness(cwd, "ci", "buildkite", *args)
+def generate(cwd: Path, *args: str, env: dict | None = None) -> dict:
+    done = harness(cwd, "ci", "buildkite", *args, env=env)
     assert done.returncode == 0, done.stderr
     (cwd / "pipeline.yml").write_text(done.stdout)
     return yaml.safe_load(done.stdout)
+
+
+def cell_steps(pipeline: dict) -> list[dict]:
+    """The cells' test steps (each is followed by its baseline step, tests/unit/test_ci_baseline.py)."""
+    steps = pipeline["steps"]
+    assert [step["key"] for step in steps[1::2]] == [f"{step['key']}-baseline" for step in steps[::2]]
+    return steps[::2]
 
 
 def test_default_pipeline_is_valid_buildkite_with_a_step_per_platform_and_suite(tmp_path):
     pipeline = generate(project(tmp_path))
     checked = validate(tmp_path / "pipeline.yml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    steps = pipeline["steps"]
+    steps = cell_steps(pipeline)
     assert [step["key"] for step in steps] == [
         f"{platform}-{suite}" for platform in ("cuda", "rocm", "cpu") for suite in ("pooling", "generation")
     ]
@@ -87,7 +94,7 @@ def test_the_validator_rejects_a_broken_pipeline(tmp_path):
     """The schema check above can fail: a step without a usable timeout is refused."""
     pipeline = generate(project(tmp_path))
     pipeline["steps"][0]["timeout_in_minutes"] = 0
-    pipeline["steps"][1]["retry"]["automatic"][0]["limit"] = 99
+    pipeline["steps"][2]["retry"]["automatic"][0]["limit"] = 99
     (tmp_path / "pipeline.yml").write_text(yaml.safe_dump(pipeline))
     assert validate(tmp_path / "pipeline.yml").returncode == 1
 
@@ -106,7 +113,7 @@ cuda = "h100"
         project(tmp_path, ci), "--platforms", "cuda,cpu", "--suites", "generation", "--parallelism", "4"
     )
     assert validate(tmp_path / "pipeline.yml").returncode == 0
-    steps = pipeline["steps"]
+    steps = cell_steps(pipeline)
     assert [step["key"] for step in steps] == ["cuda-generation", "cpu-generation"]
     assert [step["agents"]["queue"] for step in steps] == ["h100", "cpu"]
     assert all(step["parallelism"] == 4 for step in steps)
@@ -135,7 +142,7 @@ def test_a_platform_with_an_image_runs_its_steps_in_it_with_the_docker_plugin(tm
     pipeline = generate(project(tmp_path, IMAGES), "--suites", "pooling")
     checked = validate(tmp_path / "pipeline.yml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    cuda, rocm, cpu = pipeline["steps"]
+    cuda, rocm, cpu = cell_steps(pipeline)
     ((plugin, docker),) = cuda["plugins"][0].items()
     assert plugin == "docker#v5.13.0"
     common = {
@@ -201,8 +208,8 @@ import nox
 def cpu_pooling(session):
     pathlib.Path("deadline.txt").write_text(os.environ["HARNESS_CI_DEADLINE"])
     if os.environ.get("WRITE_SUMMARY"):
-        pathlib.Path("harness-out/pooling-cpu").mkdir(parents=True, exist_ok=True)
-        pathlib.Path("harness-out/pooling-cpu/summary.md").write_text("# summary")
+        pathlib.Path("harness-out/pooling-cpu-1of2").mkdir(parents=True, exist_ok=True)
+        pathlib.Path("harness-out/pooling-cpu-1of2/summary.md").write_text("# summary")
     session.run("python", "-c", "import sys; sys.exit(int(sys.argv[1]))", os.environ["EXIT"])
 """
 
@@ -263,7 +270,7 @@ def test_generated_commands_run_the_nox_session_and_keep_its_exit_status(tmp_pat
         ]
         assert lines[4] == "harness-pooling-cpu-1of2"
         assert lines[5] == "nox -s cpu_pooling --no-venv exited 1 before the harness wrote " + (
-            "harness-out/pooling-cpu/summary.md"
+            "harness-out/pooling-cpu-1of2/summary.md"
         )
 
 

@@ -69,6 +69,8 @@ def test_github_matrix_is_one_line_of_cells_with_unique_artifacts(project):
         "queue": "gpu-cuda",
         "image": "",  # no [tool.harness.ci.images]: every job runs on its runner
         "container_options": "",
+        "fail_on_regression": "",  # the gate is off unless [tool.harness.ci] fail_on_regression is set
+        "baseline_branches": [],  # pushes to the default branch keep the baseline
     }
     assert len({cell["artifact"] for cell in include}) == len(include)
     assert {cell["queue"] for cell in include if cell["platform"] == "rocm"} == {"mi300"}
@@ -85,8 +87,9 @@ def test_json_matrix_lists_the_chosen_cells(project):
 def test_matrix_and_buildkite_come_from_the_same_cells(project):
     matrix = json.loads(harness(project, "ci", "matrix", "--format", "json").stdout)
     pipeline = yaml.safe_load(harness(project, "ci", "buildkite").stdout)
-    assert [f"{cell['platform']}-{cell['suite']}" for cell in matrix] == [s["key"] for s in pipeline["steps"]]
-    assert [cell["queue"] for cell in matrix] == [s["agents"]["queue"] for s in pipeline["steps"]]
+    steps = pipeline["steps"][::2]  # each cell's test step, then its baseline step
+    assert [f"{cell['platform']}-{cell['suite']}" for cell in matrix] == [s["key"] for s in steps]
+    assert [cell["queue"] for cell in matrix] == [s["agents"]["queue"] for s in steps]
 
 
 def validate(*paths: Path) -> subprocess.CompletedProcess:
@@ -354,7 +357,7 @@ def test_actions_are_pinned_to_a_commit_and_checkouts_keep_no_credentials():
         for line in path.read_text().splitlines():
             match = USES.match(line)
             if match and not match.group(1).startswith("./"):
-                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", match.group(1)), line
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w.-]+)?@[0-9a-f]{40}", match.group(1)), line
                 assert re.fullmatch(r" # v\d+(\.\d+)*", match.group(2)), line  # the release it is
         for job in workflow(path)["jobs"].values():
             for step in job.get("steps", []):

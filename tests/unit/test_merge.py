@@ -60,9 +60,11 @@ def test_a_baseline_that_cannot_be_compared_is_one_line_in_the_summary(tmp_path)
     pr = shards("pooling-cpu", tmp_path)
     other = shards("pooling-naive-cpu", tmp_path, suite="pooling-naive")
     assert harness(["merge", *other, "--out", str(tmp_path / "other")]) == 0
+    (tmp_path / "corrupt.json").write_text('{"version": 1, "tests": [')
     for baseline, said in (
         (tmp_path / "other", "is of suite 'pooling-naive', this run of 'pooling': not compared"),
-        (tmp_path / "missing", "cannot be compared: "),
+        (tmp_path / "missing", "no baseline at "),
+        (tmp_path / "corrupt.json", "cannot be compared: "),
     ):
         assert harness(["merge", *pr, "--out", str(tmp_path / "pr"), "--baseline", str(baseline)]) == 0
         summary = (tmp_path / "pr" / "summary.md").read_text()
@@ -76,8 +78,11 @@ def test_a_baseline_that_cannot_be_compared_is_one_line_in_the_summary(tmp_path)
         (lambda r: r["platform"].update(name="cuda"), "the shards are of different platforms"),
         (lambda r: r.setdefault("versions", {}).update(commit="abc"), "the shards are of different commits"),
         (lambda r: r.update(version=99), "report format version 99"),
+        (lambda r: r.update(shard="1/3"), "the shards are of splits into 2 and 3"),
+        (lambda r: r.update(shard=None), "the shards are not all of one split (0/2, None)"),
+        (lambda r: r.update(shard="0/2"), "shard 1/2 of 2 missing: its job left no report to merge"),
     ],
-    ids=["suites", "platforms", "commits", "a newer format"],
+    ids=["suites", "platforms", "commits", "a newer format", "two splits", "unsharded", "a missing shard"],
 )
 def test_shards_that_do_not_belong_together_are_one_line_and_exit_2(tmp_path, capsys, change, said):
     first, second = shards("pooling-cpu", tmp_path)

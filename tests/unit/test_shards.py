@@ -283,8 +283,10 @@ def harness_run(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProces
     )
 
 
-def ran_files(cwd: Path) -> tuple[str | None, list[str]]:
-    report = json.loads((cwd / "harness-out" / "demo-cpu" / "report.json").read_text())
+def ran_files(cwd: Path, shard: str = "") -> tuple[str | None, list[str]]:
+    """The shard and files of the run in harness run's default directory (a shard's: ``-<i>of<N>``)."""
+    name = f"demo-cpu-{shard.replace('/', 'of')}" if shard else "demo-cpu"
+    report = json.loads((cwd / "harness-out" / name / "report.json").read_text())
     return report["shard"], sorted({test["file"] for test in report["tests"]})
 
 
@@ -293,14 +295,14 @@ def test_an_empty_shard_exits_0_and_says_so(suite):
     done = harness_run(suite, "--shard", f"{empty}/4")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"shard {empty}/4 has no files" in done.stdout
-    assert ran_files(suite) == (f"{empty}/4", [])
+    assert ran_files(suite, f"{empty}/4") == (f"{empty}/4", [])
 
 
 def test_harness_run_takes_its_shard_from_buildkite(suite):
     index = next(index for index, shard in enumerate(assign(FILES, 2)) if shard)
     done = harness_run(suite, BUILDKITE_PARALLEL_JOB=str(index), BUILDKITE_PARALLEL_JOB_COUNT="2")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert ran_files(suite) == (f"{index}/2", sorted(assign(FILES, 2)[index]))
+    assert ran_files(suite, f"{index}/2") == (f"{index}/2", sorted(assign(FILES, 2)[index]))
 
 
 def test_harness_run_shards_by_the_durations_of_a_recorded_run(suite, tmp_path):
@@ -313,7 +315,7 @@ def test_harness_run_shards_by_the_durations_of_a_recorded_run(suite, tmp_path):
     for index, expected in enumerate(assign(FILES, 2, durations)):
         done = harness_run(suite, "--shard", f"{index}/2", "--durations-from", str(recorded))
         assert done.returncode == 0, done.stdout + done.stderr
-        assert ran_files(suite) == (f"{index}/2", expected)
+        assert ran_files(suite, f"{index}/2") == (f"{index}/2", expected)
 
 
 def test_without_a_shard_the_previous_run_orders_tests_by_configuration(suite, tmp_path):

@@ -1,0 +1,94 @@
+"""The Buildkite step after a suite's jobs: their reports merged into one and compared with the base
+branch's, one annotation for the suite; a build of a branch that keeps the baseline saves its merged
+report instead.
+
+The baseline lives in Buildkite's cache plugin (no server of ours): pipeline level, one entry per suite,
+platform and branch (``key-extra``), replaced by each build that keeps it, restored by each that compares.
+Which of the two a cell's step does is decided when the pipeline is generated, from the uploading job's
+environment: its branch, the pull request's base branch and the pipeline's default branch.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from harness.ci.matrix import Cell, CiSettings, harness_requirement
+
+CACHE_PLUGIN = "cache#v1.12.0"
+BASELINE_DIR = "harness-baseline"  # the cache plugin's path: the kept merged report, per cell
+COMPARE_DIR = "harness-compare"  # a comparing build's merged report and summary, per cell
+_VENV = ".harness-compare"
+# Outside a build (a preview) the default branch is left to the upload's interpolation.
+_DEFAULT = "${BUILDKITE_PIPELINE_DEFAULT_BRANCH}"
+
+
+@dataclass(frozen=True)
+class Build:
+    """What the build being generated does with the baseline."""
+
+    keeps: bool  # its merged reports become the baseline of its branch
+    branch: str  # the branch whose baseline it saves or restores, as the pipeline writes it
+
+    @classmethod
+    def of(cls, env: Mapping[str, str], branches: tuple[str, ...]) -> Build:
+        """Builds of the default branch and of ``branches`` keep; a pull request compares with its base
+        branch when that one keeps, every other build with the default branch."""
+        default = env.get("BUILDKITE_PIPELINE_DEFAULT_BRANCH")
+        keepers = {default, *branches} - {None}
+        request = env.get("BUILDKITE_PULL_REQUEST", "false") not in ("", "false")
+        branch = env.get("BUILDKITE_BRANCH")
+        if branch in keepers and not request:
+            return cls(True, _literal(branch))
+        base = env.get("BUILDKITE_PULL_REQUEST_BASE_BRANCH") if request else None
+        return cls(False, _literal(base if base in keepers else default))
+
+
+def _literal(branch: str | None) -> str:
+    # a branch name may hold '$'; the upload would read it as a variable
+    return _DEFAULT if branch is None else branch.replace("$", "$$")
+
+
+def step(cell: Cell, settings: CiSettings, parallelism: int, build: Build) -> dict:
+    """The cell's merge step: after its jobs (even failed ones), on the cpu queue, outside any image."""
+    kept = f"{BASELINE_DIR}/{cell.suite}-{cell.platform}"
+    setup, harness = _harness(settings)
+    download = ["buildkite-agent", "artifact", "download", f"{cell.shard_dirs(parallelism)}/report.json", "."]
+    if build.keeps:
+        out, extra, cache = kept, [], {"save": "pipeline", "force": True}
+        label = f"{cell.platform} {cell.suite}: keep the baseline of {build.branch}"
+    else:
+        out = f"{COMPARE_DIR}/{cell.suite}-{cell.platform}"
+        gates = [f"--fail-on-regression={gate}" for gate in settings.fail_on_regression]
+        extra = ["--baseline", kept, *gates]
+        cache = {"restore": "pipeline"}
+        label = f"{cell.platform} {cell.suite}: starts against {build.branch}"
+    # the shard directories are a glob for the shell: cell names hold no character it would read
+    merge = f"{harness} merge {cell.shard_dirs(parallelism)} {shlex.join(['--out', out, *extra])}"
+    plugin = {
+        "path": kept,
+        **cache,
+        "key-extra": f"{cell.key}@{build.branch}",
+        "backend": settings.cache_backend,
+        "soft-fail": True,  # a store that cannot be reached is a missing baseline: one summary line
+    }
+    return {
+        "key": f"{cell.key}-baseline",
+        "label": label,
+        "depends_on": cell.key,
+        "allow_dependency_failure": True,
+        "agents": {"queue": settings.queues["cpu"]},
+        "commands": [*setup, f"{shlex.join(download)} --step {cell.key}", merge],
+        "timeout_in_minutes": 30,
+        "plugins": [{CACHE_PLUGIN: plugin}],
+        "artifact_paths": [f"{out}/*"],
+    }
+
+
+def _harness(settings: CiSettings) -> tuple[list[str], str]:
+    """Commands that install the harness, and its command: a prebuilt agent has it."""
+    if settings.prebuilt_image:
+        return [], "harness"
+    install = shlex.join([f"{_VENV}/bin/pip", "install", "--quiet", harness_requirement()])
+    return [f"python3 -m venv {_VENV} && {install}"], f"{_VENV}/bin/harness"
