@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 
 from harness.errors import HarnessError
-from harness.report.compare import METRICS, SECONDS, change, compare, load_checked
+from harness.report.compare import METRICS, SECONDS, change, compare
 from harness.report.schema import Report
+from harness.report.shards import load_suite
 
 STARTS = ("vllm_starts", "hf_starts")
 
@@ -22,7 +23,7 @@ def against(report: Report, path: str | None) -> tuple[dict | None, str | None]:
     if not os.path.lexists(path):  # CI restored nothing: the base branch kept none yet, or no store answered
         return None, f"no baseline at {path} yet: the base branch's build keeps one; nothing compared"
     try:
-        before = load_checked(path)
+        before = load_suite(path)
     except HarnessError as error:
         return None, f"the baseline {path} cannot be compared: {str(error).splitlines()[0]}"
     for field, then, now in (

@@ -113,3 +113,15 @@ def test_harness_run_opens_its_summary_with_before_after_the_baseline(tmp_path, 
     summary = (tmp_path / "pr" / "summary.md").read_text().splitlines()
     assert summary[2:5] == ["## Before → after", "", "Against base."]
     assert any(line.startswith("| suite | 0 → 0 (±0) | 0 → 0 (±0) |") for line in summary)
+
+
+def test_a_folder_of_shard_run_directories_is_a_baseline(tmp_path):
+    """The base branch's shards as CI downloaded them (one run directory each), unmerged."""
+    folder = tmp_path / "base-build"
+    for index, path in enumerate(shards("pooling-naive-cpu", tmp_path)):
+        (folder / f"pooling-cpu-{index}of2").mkdir(parents=True)
+        Path(path).rename(folder / f"pooling-cpu-{index}of2" / "report.json")
+    pr = shards("pooling-cpu", tmp_path)
+    assert harness(["merge", *pr, "--out", str(tmp_path / "pr"), "--baseline", str(folder)]) == 0
+    summary = (tmp_path / "pr" / "summary.md").read_text()
+    assert "| suite | 10 → 3 (−7) |" in summary
