@@ -92,7 +92,8 @@ def _add_run(sub) -> None:
     run.add_argument(
         "--baseline",
         metavar="REPORT",
-        help="the base branch's report, run dir or folder of shard run dirs: the summary opens with before -> after "
+        help="the base branch's report, run dir or folder of shard run dirs: the summary opens with "
+        "before -> after "
         "(default: [tool.harness] baseline / HARNESS_BASELINE; one that cannot be read is one line there)",
     )
     run.set_defaults(module="harness.run.command")
