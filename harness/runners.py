@@ -268,7 +268,7 @@ class HfRunner:
         import torch
 
         self.platform, self.settings = _environment()
-        self.device = "cuda" if self.platform.name in ("cuda", "rocm") else "cpu"
+        self.device = {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu"}.get(self.platform.name, "cpu")
         self.model_name = self.name = model_name
         model_kwargs = {"dtype": dtype if dtype == "auto" else getattr(torch, dtype), **(model_kwargs or {})}
         self.is_sentence_transformer = is_sentence_transformer

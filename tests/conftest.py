@@ -21,10 +21,12 @@ PLATFORM_VARIABLES = (
     "CUDA_VISIBLE_DEVICES",
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",
+    "ZE_AFFINITY_MASK",
 )
 _MODULES = {
     "nvidia": ("HARNESS_NVML_MODULE", "tests.fakes.pynvml"),
     "amd": ("HARNESS_AMDSMI_MODULE", "tests.fakes.amdsmi"),
+    "intel": ("HARNESS_XPU_MODULE", "tests.fakes.torch_xpu"),
 }
 
 
@@ -42,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def fake_gpus(monkeypatch, tmp_path):
-    """``fake_gpus(devices, vendor="nvidia"|"amd")`` describes the machine and returns the file to rewrite.
+    """``fake_gpus(devices, vendor="nvidia"|"amd"|"intel")`` describes the machine; returns its file.
 
     Only the chosen vendor's fake is selected; the other library is pointed at a module that does not
     exist, so detection is the same on any machine. The environment is set for subprocesses too.

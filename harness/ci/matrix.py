@@ -20,11 +20,13 @@ from harness.platform import PLATFORMS
 from harness.platform.packages import installed
 from harness.report.compare import Gate
 
-QUEUES = {"cuda": "gpu-cuda", "rocm": "gpu-rocm", "cpu": "cpu"}
+QUEUES = {"cuda": "gpu-cuda", "rocm": "gpu-rocm", "xpu": "gpu-xpu", "cpu": "cpu"}
+CI_PLATFORMS = ("cuda", "rocm", "cpu")  # the default cells; xpu when [tool.harness.ci] platforms names it
 # How a container reaches the platform's GPUs: the flags vLLM's CUDA and ROCm images are run with.
 DEVICE_OPTIONS = {
     "cuda": ("--gpus", "all", "--ipc", "host"),
     "rocm": ("--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video", "--ipc", "host"),
+    "xpu": ("--device", "/dev/dri", "--ipc", "host"),  # Intel GPUs: the DRM render nodes Level Zero opens
     "cpu": (),
 }
 # The docker run flags both CI systems can express (GitHub's container options, Buildkite's docker plugin).
@@ -46,7 +48,7 @@ _SAFE_PATH = "letters, digits and / . _ + - only"
 class CiSettings:
     """``[tool.harness.ci]``: what the generated pipelines run where."""
 
-    platforms: tuple[str, ...] = PLATFORMS
+    platforms: tuple[str, ...] = CI_PLATFORMS
     suites: tuple[str, ...] = ()  # empty: every suite in [tool.harness.suites]
     queues: dict[str, str] = field(default_factory=lambda: dict(QUEUES))
     prebuilt_image: bool = False  # the agent image already has the test dependencies: nox --no-venv

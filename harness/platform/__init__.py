@@ -1,10 +1,12 @@
 """Which platform this process runs on, and its backend.
 
-``detect`` asks NVML, then amdsmi, and falls back to the host CPU, saying why in ``Detection.reason``.
+``detect`` asks NVML, then amdsmi, then torch's XPU API (where an Intel GPU driver is bound), and falls
+back to the host CPU, saying why in ``Detection.reason``.
 ``HARNESS_PLATFORM`` forces the answer (CI agents where detection is ambiguous, ``harness run``'s phases).
 A process detects once, synchronously, and hands the platform down (``harness.tracking.context``);
-``HARNESS_NVML_MODULE`` / ``HARNESS_AMDSMI_MODULE`` name the module to import in place of ``pynvml`` /
-``amdsmi``, which is how tests put fakes in, also in xdist workers and pytester subprocesses.
+``HARNESS_NVML_MODULE`` / ``HARNESS_AMDSMI_MODULE`` / ``HARNESS_XPU_MODULE`` name the module to import
+in place of ``pynvml`` / ``amdsmi`` / ``torch``, which is how tests put fakes in, also in xdist workers
+and pytester subprocesses.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from harness.platform.host import HostPlatform
 
 __all__ = ["Detection", "Device", "MemoryReading", "Platform", "detect", "PLATFORMS"]
 
-PLATFORMS = ("cuda", "rocm", "cpu")
+PLATFORMS = ("cuda", "rocm", "xpu", "cpu")
 
 
 class Detection(NamedTuple):
@@ -74,15 +76,55 @@ def detect(env: Mapping[str, str] = os.environ) -> Detection:
         if forced:
             raise PlatformError(f"HARNESS_PLATFORM=cuda but NVML does not answer ({why[-1]})")
 
-    amdsmi, count, said = _answer(
-        env, "HARNESS_AMDSMI_MODULE", "amdsmi", "amdsmi_init", "amdsmi_get_processor_handles"
-    )
-    if count:
-        how = "HARNESS_PLATFORM=rocm" if forced else "amdsmi answered"
-        from harness.platform.amd import AmdPlatform
+    if forced in ("", "rocm"):
+        amdsmi, count, said = _answer(
+            env, "HARNESS_AMDSMI_MODULE", "amdsmi", "amdsmi_init", "amdsmi_get_processor_handles"
+        )
+        if count:
+            how = "HARNESS_PLATFORM=rocm" if forced else "amdsmi answered"
+            from harness.platform.amd import AmdPlatform
 
-        return Detection(AmdPlatform(amdsmi, env), f"{how}: {count} GPU(s) ({said})")
-    why.append(said if amdsmi is None else f"{said}: amdsmi reports no GPU")
+            return Detection(AmdPlatform(amdsmi, env), f"{how}: {count} GPU(s) ({said})")
+        why.append(said if amdsmi is None else f"{said}: amdsmi reports no GPU")
+        if forced:
+            raise PlatformError(f"HARNESS_PLATFORM=rocm but amdsmi does not answer ({why[-1]})")
+
+    torch, count, said = _xpu(env, probe=not forced)
+    if count:
+        how = "HARNESS_PLATFORM=xpu" if forced else "torch.xpu answered"
+        from harness.platform.intel import XpuPlatform
+
+        return Detection(XpuPlatform(torch, env), f"{how}: {count} XPU(s) ({said})")
+    why.append(said)
     if forced:
-        raise PlatformError(f"HARNESS_PLATFORM=rocm but amdsmi does not answer ({why[-1]})")
+        raise PlatformError(f"HARNESS_PLATFORM=xpu but torch.xpu does not answer ({why[-1]})")
     return Detection(HostPlatform(), "no GPU: " + "; ".join(why))
+
+
+def _xpu(env: Mapping[str, str], probe: bool):
+    """(torch or None, its XPU count, what to say): torch is imported only where an Intel GPU's driver
+    is loaded (or a stand-in is named), since importing it costs seconds on every CPU host."""
+    name = env.get("HARNESS_XPU_MODULE") or "torch"
+    if probe and name == "torch" and not _intel_gpu():
+        return None, 0, "no Intel GPU driver (i915, xe) bound"
+    try:
+        torch = importlib.import_module(name)
+        count = torch.xpu.device_count() if torch.xpu.is_available() else 0
+    except ImportError:
+        return None, 0, f"{name} not installed"
+    except Exception as error:  # a driver that refuses: RuntimeError from torch's runtime
+        return None, 0, f"{name}.xpu: {error}"
+    return torch, count, f"{name}.xpu" if count else f"{name}.xpu reports no XPU"
+
+
+def _intel_gpu(drm: str = "/sys/class/drm") -> bool:
+    """A DRM device bound to Intel's GPU drivers (what Level Zero drives)."""
+    try:
+        cards = os.listdir(drm)
+    except OSError:
+        return False
+    return any(
+        os.path.basename(os.path.realpath(os.path.join(drm, card, "device", "driver"))) in ("i915", "xe")
+        for card in cards
+        if card.startswith("card")
+    )

@@ -41,7 +41,7 @@ class MemoryReading(NamedTuple):
 class Platform(ABC):
     """One small interface per platform, so a fake NVML or amdsmi can be swapped in by tests."""
 
-    name: str  # "cuda" | "rocm" | "cpu"
+    name: str  # "cuda" | "rocm" | "xpu" | "cpu"
     mask_variable: str | None  # the variable a worker sets to pin its device(s)
 
     @abstractmethod

@@ -5,7 +5,8 @@ pytest plugin agree without one importing the other.
 An outer mask is respected: each worker gets the outer mask's own entry (``CUDA_VISIBLE_DEVICES=3,5`` →
 ``3`` and ``5``; UUIDs stay UUIDs). On ROCm, ``HIP_VISIBLE_DEVICES`` indexes into what
 ``ROCR_VISIBLE_DEVICES`` leaves, so an outer ROCR mask stays as it is and still agrees, and
-``CUDA_VISIBLE_DEVICES`` gets the same value because vLLM raises when it differs from HIP's.
+``CUDA_VISIBLE_DEVICES`` gets the same value because vLLM raises when it differs from HIP's. On Intel
+GPUs ``ZE_AFFINITY_MASK`` (Level Zero's) pins a worker.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
 from harness.platform.base import Platform
+
+MASKS = {"rocm": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}  # the mask a worker indexes by
 
 
 class Slot(NamedTuple):
@@ -38,7 +41,7 @@ def outer_mask(platform_name: str, env: Mapping[str, str] = os.environ) -> tuple
     """(variable, value) of the mask the runtime indexes visible devices by; HIP falls back to CUDA's."""
     if platform_name == "rocm" and "HIP_VISIBLE_DEVICES" not in env:
         return "CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES")
-    variable = "HIP_VISIBLE_DEVICES" if platform_name == "rocm" else "CUDA_VISIBLE_DEVICES"
+    variable = MASKS.get(platform_name, "CUDA_VISIBLE_DEVICES")
     return variable, env.get(variable)
 
 
@@ -62,7 +65,7 @@ def mask_variables(platform_name: str, mask: str) -> dict[str, str]:
     """What a worker pinned to ``mask`` sets: HIP and CUDA agree on ROCm (vLLM checks that they do)."""
     if platform_name == "rocm":
         return {"HIP_VISIBLE_DEVICES": mask, "CUDA_VISIBLE_DEVICES": mask}
-    return {"CUDA_VISIBLE_DEVICES": mask}
+    return {MASKS.get(platform_name, "CUDA_VISIBLE_DEVICES"): mask}
 
 
 def auto_workers(

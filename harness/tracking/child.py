@@ -24,7 +24,7 @@ from harness.platform import detect
 from harness.tracking import context, patches
 
 T = TypeVar("T")
-GPU_PLATFORMS = ("cuda", "rocm")
+GPU_PLATFORMS = ("cuda", "rocm", "xpu")
 
 
 @dataclass(frozen=True)

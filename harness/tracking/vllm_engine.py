@@ -397,8 +397,9 @@ def _unparkable(llm, own: bool) -> str | None:
     if own:
         return None
     platform = current().platform.name
-    if platform == "rocm":
-        return "vLLM's conftest waits on ROCm for its memory to be given back after each runner"
+    if platform in ("rocm", "xpu"):
+        said = {"rocm": "ROCm", "xpu": "XPU"}[platform]
+        return f"vLLM's conftest waits on {said} for its memory to be given back after each runner"
     if platform != "cpu" and os.environ.get("VLLM_TEST_CLEAN_GPU_MEMORY") == "1":
         return "VLLM_TEST_CLEAN_GPU_MEMORY=1: vLLM's conftest waits between tests for a nearly empty GPU"
     return None

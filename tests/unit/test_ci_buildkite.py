@@ -345,7 +345,7 @@ def test_a_bad_ci_table_is_one_line_exit_2_naming_the_key(tmp_path, ci, says):
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--platforms", "cuda,tpu"], "platform 'tpu' is not one of cuda, rocm, cpu"),
+        (["--platforms", "cuda,tpu"], "platform 'tpu' is not one of cuda, rocm, xpu, cpu"),
         (["--suites", "pooling,nope"], "suite 'nope' is not in [tool.harness.suites]"),
         (["--parallelism", "0"], "--parallelism 0 must be at least 1"),
         (["--platforms", "cuda,,rocm"], "empty name"),

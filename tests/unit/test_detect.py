@@ -36,7 +36,8 @@ def test_nvml_without_devices_falls_through_to_cpu_with_reasons(fake_gpus):
     detection = detect(dict(os.environ))
     assert isinstance(detection.platform, HostPlatform)
     assert detection.reason == (
-        "no GPU: tests.fakes.pynvml: NVML reports no GPU; tests.fakes.absent not installed"
+        "no GPU: tests.fakes.pynvml: NVML reports no GPU; tests.fakes.absent not installed; "
+        "tests.fakes.absent not installed"
     )
 
 
@@ -60,7 +61,7 @@ def test_library_init_failure_is_the_reason(monkeypatch):
 @pytest.mark.parametrize("forced", ["bogus", "CUDA", "gpu"])
 def test_bad_forced_platform_is_one_line(forced):
     with pytest.raises(
-        PlatformError, match=rf"^HARNESS_PLATFORM='{forced}': expected one of cuda, rocm, cpu$"
+        PlatformError, match=rf"^HARNESS_PLATFORM='{forced}': expected one of cuda, rocm, xpu, cpu$"
     ):
         detect({"HARNESS_PLATFORM": forced})
 

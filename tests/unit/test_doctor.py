@@ -13,7 +13,11 @@ from tests.conftest import PLATFORM_VARIABLES
 from tests.fakes import gpu
 
 GIB = 2**30
-NO_GPU = {"HARNESS_NVML_MODULE": "tests.fakes.absent", "HARNESS_AMDSMI_MODULE": "tests.fakes.absent"}
+NO_GPU = {
+    "HARNESS_NVML_MODULE": "tests.fakes.absent",
+    "HARNESS_AMDSMI_MODULE": "tests.fakes.absent",
+    "HARNESS_XPU_MODULE": "tests.fakes.absent",
+}
 
 
 def doctor(*args, **env):
@@ -42,7 +46,10 @@ def test_cpu_json_shows_host_and_numa_memory():
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
     assert found["platform"] == "cpu"
-    assert found["reason"] == "no GPU: tests.fakes.absent not installed; tests.fakes.absent not installed"
+    assert found["reason"] == (
+        "no GPU: tests.fakes.absent not installed; tests.fakes.absent not installed; "
+        "tests.fakes.absent not installed"
+    )
     assert found["mask"] is None
     (device,) = found["devices"]
     assert device["uuid"] == "cpu" and device["total_bytes"] > 0
@@ -135,7 +142,7 @@ def test_rocm_devices_and_sessions_from_the_suites_table(fake_gpus, tmp_path):
     [
         (
             {"HARNESS_PLATFORM": "bogus"},
-            "harness: error: HARNESS_PLATFORM='bogus': expected one of cuda, rocm, cpu",
+            "harness: error: HARNESS_PLATFORM='bogus': expected one of cuda, rocm, xpu, cpu",
         ),
         (
             {"HARNESS_PLATFORM": "cuda", "CUDA_VISIBLE_DEVICES": "abc", **NO_GPU},

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITE_SESSIONS = {f"{p}_{s}": {p, s} for p in ("cuda", "rocm", "cpu") for s in ("pooling", "generation")}
+SUITE_SESSIONS = {
+    f"{p}_{s}": {p, s} for p in ("cuda", "rocm", "xpu", "cpu") for s in ("pooling", "generation")
+}
 
 
 def nox(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -23,7 +25,7 @@ def nox(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.Com
     )
 
 
-def test_nox_lists_the_eight_suite_sessions_with_descriptions_and_tags():
+def test_nox_lists_the_suite_sessions_with_descriptions_and_tags():
     listed = nox("-l", "--json", "-t", "cpu", "gpu")
     assert listed.returncode == 0, listed.stderr
     sessions = {s["name"]: s for s in json.loads(listed.stdout)}
@@ -46,6 +48,8 @@ def test_nox_lists_the_eight_suite_sessions_with_descriptions_and_tags():
         "cuda_generation",
         "rocm_pooling",
         "rocm_generation",
+        "xpu_pooling",
+        "xpu_generation",
     ]
 
 

@@ -21,7 +21,7 @@ RECORDER = """
 import json, os, pathlib
 
 worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-names = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+names = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
 masks = {name: os.environ.get(name) for name in names}
 pathlib.Path("seen").mkdir(exist_ok=True)
 pathlib.Path("seen", worker + ".json").write_text(json.dumps(masks))
@@ -55,6 +55,11 @@ def cuda4(fake_gpus):
 @pytest.fixture
 def rocm2(fake_gpus):
     fake_gpus([gpu(i, name="AMD Instinct MI300X") for i in range(2)], vendor="amd")
+
+
+@pytest.fixture
+def xpu2(fake_gpus):
+    fake_gpus([gpu(i, name="Intel(R) Data Center GPU Max 1550") for i in range(2)], vendor="intel")
 
 
 @pytest.fixture
@@ -194,7 +199,12 @@ def test_rocm_outer_rocr_mask_is_kept_and_hip_indexes_into_it(rocm2, session, py
     result = session("-n", "auto")
     assert result.ret == 0, result.stdout.str()
     assert seen(pytester) == {
-        "gw0": {"CUDA_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0", "ROCR_VISIBLE_DEVICES": "1"}
+        "gw0": {
+            "CUDA_VISIBLE_DEVICES": "0",
+            "HIP_VISIBLE_DEVICES": "0",
+            "ROCR_VISIBLE_DEVICES": "1",
+            "ZE_AFFINITY_MASK": None,
+        }
     }
     assert events(pytester)["gw0"]["devices"] == [uuid(1)]
 
@@ -373,3 +383,15 @@ def test_a_bad_gpus_marker_under_xdist_fails_its_test_not_the_session(cuda4, ses
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*test_file.py::test_x: the gpus marker takes one positive integer*"])
+
+
+def test_intel_gpus_get_one_worker_each_pinned_by_ze_affinity_mask(xpu2, session, pytester):
+    result = session("-n", "auto")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*2 workers*"])
+    masks = seen(pytester)
+    assert sorted(m["ZE_AFFINITY_MASK"] for m in masks.values()) == ["0", "1"]
+    assert all(m["CUDA_VISIBLE_DEVICES"] is None for m in masks.values())  # Level Zero's variable only
+    recorded = events(pytester)
+    for worker, mask in masks.items():
+        assert recorded[worker]["devices"] == [uuid(int(mask["ZE_AFFINITY_MASK"])).removeprefix("GPU-")]
