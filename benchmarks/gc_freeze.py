@@ -1,14 +1,16 @@
 """Backs docs/measurements.md § Garbage-collection freeze: prints what freezing the collection saves a suite
-that collects after every test, as vLLM's conftest does (``cleanup_dist_env_and_memory``:
-``gc.collect()`` and an emptied device cache after each test).
+that cleans up after every test, with vLLM's own cleanup in the loop (its conftest's autouse
+``cleanup_fixture`` runs ``cleanup_dist_env_and_memory()``, which unfreezes and collects) or with a plain
+``gc.collect()`` (a conftest that collects without unfreezing).
 
     python benchmarks/gc_freeze.py [--tests 200] [--rounds 3] [--imports torch,transformers,vllm]
+                                   [--cleanup vllm|collect]
 
 The suite's conftest imports ``--imports`` (what vLLM's test modules import while collected; modules that
-are not installed are skipped) and collects after every test; its tests are empty. Each round runs plain
-pytest, the harness with ``freeze_collected`` off and the harness as installed (on), each in a fresh
-process. Printed: the objects the collector tracked after the imports, each side's median wall, and what
-the freeze saves a test.
+are not installed are skipped) and runs the cleanup after every test; its tests are empty. Each round
+runs plain pytest, the harness with ``freeze_collected`` off and the harness as installed (on), each in a
+fresh process. Printed: the objects the collector tracked after the imports, each side's median wall, and
+what the freeze saves a test.
 """
 
 from __future__ import annotations
@@ -39,8 +41,12 @@ print(f"TRACKED={{len(gc.get_objects())}}")
 @pytest.fixture(autouse=True)
 def cleanup():
     yield
-    gc.collect()
+    {cleanup}
 """
+CLEANUPS = {
+    "vllm": "importlib.import_module('vllm.distributed.parallel_state').cleanup_dist_env_and_memory()",
+    "collect": "gc.collect()",
+}
 
 
 def main() -> None:
@@ -48,11 +54,14 @@ def main() -> None:
     parser.add_argument("--tests", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--imports", default="torch,transformers,vllm")
+    parser.add_argument("--cleanup", choices=CLEANUPS, default="vllm", help="after each test (see above)")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory) / "suite"
         root.mkdir()
-        (root / "conftest.py").write_text(CONFTEST.format(imports=options.imports.split(",")))
+        (root / "conftest.py").write_text(
+            CONFTEST.format(imports=options.imports.split(","), cleanup=CLEANUPS[options.cleanup])
+        )
         (root / FILE).write_text("".join(f"def test_{n}():\n    pass\n\n\n" for n in range(options.tests)))
         (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
         print(f"objects tracked after importing {options.imports}: {tracked(root)}")
