@@ -2,9 +2,11 @@
 the cyclic garbage collector's passes while the tests run: ``gc.freeze``.
 
 A suite that imports torch and vLLM while collecting holds hundreds of thousands of objects the collector
-tracks, and a full pass walks them all. vLLM's conftest runs one after every test
-(``cleanup_dist_env_and_memory``), as do the conftests of the repositories that reuse it; frozen, those
-objects cost a pass nothing (what that saves: docs/measurements.md, ``benchmarks/gc_freeze.py``). Frozen
+tracks, and a full pass walks them all; frozen, those objects cost a pass nothing, as in a conftest that
+collects after every test. vLLM's own ``cleanup_dist_env_and_memory`` unfreezes before it collects (what
+an in-process engine froze must be able to go), so on vLLM's tree the freeze ends at the first test's
+cleanup, and is not renewed: renewing it would hold such an engine's objects past its shutdown
+(docs/measurements.md, ``benchmarks/gc_freeze.py``). Frozen
 objects still go when their last reference does; only garbage in reference cycles among them waits for the
 session's end, when they are handed back (``gc.unfreeze``) for the interpreter's own last passes. Meanwhile
 ``gc.get_objects`` and ``gc.get_referrers`` do not list them: ``freeze_collected = false`` in
