@@ -92,7 +92,7 @@ def patch_llm(module) -> None:
             handed.discard(self)
             return
         config, arguments, variables = vllm_configuration(original, (self, *args), kwargs)
-        fraction = float(config.get("gpu_memory_utilization", default))
+        fraction = declared_share(config.get("gpu_memory_utilization", default), config)
         ranks = int(config.get("tensor_parallel_size", 1)) * int(config.get("pipeline_parallel_size", 1))
         devices = tuple(range(ranks))
         pool = current().pool
@@ -141,6 +141,18 @@ def patch_server(module) -> None:
     cls.__init__ = __init__
 
 
+def declared_share(value, config: dict) -> float:
+    """The share of each device an engine declares. vLLM 0.34 leaves ``gpu_memory_utilization`` unset by
+    default and resolves it at start: 1.0 where its extensible KV cache is on (the default on CUDA and
+    ROCm: it sizes the cache from the memory it measures free), vLLM's 0.92 elsewhere."""
+    if value is not None:
+        return float(value)
+    extensible = config.get("enable_extensible_kv_cache")
+    if extensible is None:
+        extensible = current().platform.name in ("cuda", "rocm")
+    return 1.0 if extensible else VLLM_DEFAULT_UTILIZATION
+
+
 def _served(vllm_config) -> tuple[str, dict, float, int]:
     """Model, configuration (for the fingerprint), declared fraction and ranks of an ``AsyncLLM``."""
     model, cache, parallel = vllm_config.model_config, vllm_config.cache_config, vllm_config.parallel_config
@@ -155,7 +167,8 @@ def _served(vllm_config) -> tuple[str, dict, float, int]:
         "tensor_parallel_size": parallel.tensor_parallel_size,
         "pipeline_parallel_size": parallel.pipeline_parallel_size,
     }
-    return model.model, config, cache.gpu_memory_utilization, ranks
+    extensible = {"enable_extensible_kv_cache": getattr(cache, "enable_extensible_kv_cache", None)}
+    return model.model, config, declared_share(cache.gpu_memory_utilization, extensible), ranks
 
 
 def _watch_shutdown(engine, run) -> None:

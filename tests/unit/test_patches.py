@@ -352,3 +352,46 @@ def test_every_field_the_writer_writes_is_one_the_checker_declares(run_with_stub
     }
     assert undeclared == set()
     assert [problem(event) for event in events if problem(event)] == []
+
+
+def test_an_unset_share_is_what_vllm_resolves_it_to_not_a_crash(pytester, run_with_stub, monkeypatch):
+    """vLLM 0.34's ``LLM`` defaults ``gpu_memory_utilization`` to None and resolves it at start (0.92 off
+    CUDA and ROCm): every start used to raise ``float(None)`` under the harness."""
+    shape_034 = stub(pytester.path)
+    source = shape_034 / "vllm" / "entrypoints" / "llm.py"
+    source.write_text(
+        source.read_text().replace("gpu_memory_utilization=0.92", "gpu_memory_utilization=None")
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(shape_034), str(ROOT)]))
+    result, merged = run_with_stub(
+        STARTS_AND_STOPS.replace("{stop}", "llm.llm_engine.engine_core.shutdown()")
+    )
+    result.assert_outcomes(passed=1)
+    (record,) = merged.records
+    assert record["fraction"] == 0.92
+
+
+@pytest.mark.parametrize(
+    ("vendor", "config", "share"),
+    [
+        ("nvidia", {}, 1.0),  # the extensible KV cache, 0.34's default on CUDA and ROCm
+        ("amd", {}, 1.0),
+        ("nvidia", {"enable_extensible_kv_cache": False}, 0.92),
+        ("intel", {}, 0.92),
+    ],
+)
+def test_vllm_034s_unset_share_resolves_per_platform(fake_gpus, vendor, config, share):
+    from harness.config.settings import load_settings
+    from harness.platform import detect
+    from harness.tracking import context
+    from harness.tracking.vllm_engine import declared_share
+    from tests.fakes import gpu
+
+    fake_gpus([gpu(0)], vendor=vendor)
+    platform = detect(dict(os.environ)).platform
+    previous = context.use(context.Context(platform, load_settings(platform.name, env={})))
+    try:
+        assert declared_share(None, config) == share
+        assert declared_share(0.5, config) == 0.5
+    finally:
+        context.use(previous)
