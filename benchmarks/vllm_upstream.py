@@ -3,7 +3,7 @@ conftest, on the CPU, plain pytest vs ``harness run`` (default phases) vs ``harn
 prints outcomes, starts per file and wall of each.
 
     python benchmarks/vllm_upstream.py --work DIR [--version V] [--sdist FILE] [--keyword EXPR]
-                                       [--kv-cache-gib N]
+                                       [--ignore FILE] [--kv-cache-gib N]
 
 Downloads the vllm source distribution (a plain file download from the index pip uses: PyPI's
 JSON simple API, or ``PIP_INDEX_URL``; checked against the index's SHA-256), extracts its ``tests/`` and
@@ -141,6 +141,12 @@ def main() -> int:
     parser.add_argument("--kv-cache-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE; 0 unsets it")
     parser.add_argument("--version", default=VERSION, help="the vLLM sdist whose tests run (tests only)")
     parser.add_argument("--sdist", type=Path, help="that sdist, already here (no download)")
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        help="a test file all three runs leave out (pytest's --ignore)",
+    )
     args = parser.parse_args()
     VERSION, SDIST = args.version, f"vllm-{args.version}.tar.gz"
     work = args.work.resolve()
@@ -151,16 +157,17 @@ def main() -> int:
     if args.kv_cache_gib:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
     plain_ledger = f"--harness-ledger-dir={tree / 'plain-ledger'}"
+    selection = ["-k", args.keyword, *(f"--ignore={path}" for path in args.ignore)]
     run = [sys.executable, "-m", "harness", "run", "pooling", "--platform", "cpu"]
     runs = {  # name: (command, its ledger, HARNESS_REUSE)
         "plain pytest": (
-            [sys.executable, "-m", "pytest", SUITE, "-k", args.keyword, plain_ledger],
+            [sys.executable, "-m", "pytest", SUITE, *selection, plain_ledger],
             "plain-ledger",
             "0",
         ),
-        "harness run": ([*run, "--out", "out", "--", "-k", args.keyword], "out/ledger", "0"),
+        "harness run": ([*run, "--out", "out", "--", *selection], "out/ledger", "0"),
         "harness run, reuse on": (
-            [*run, "--out", "out-reuse", "--", "-k", args.keyword],
+            [*run, "--out", "out-reuse", "--", *selection],
             "out-reuse/ledger",
             "1",
         ),
