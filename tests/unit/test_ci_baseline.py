@@ -305,3 +305,12 @@ def test_the_generated_files_and_the_workflow_leave_the_gate_off_until_set(tmp_p
         ).stdout
     )
     assert [cell["fail_on_regression"] for cell in matrix] == [""]
+
+
+def test_github_compares_after_every_cell_even_failed_ones_on_the_cpu_runners():
+    job = compare_job()
+    assert job["needs"] == ["matrix", "test"]
+    assert job["if"] == "${{ always() && needs.matrix.result == 'success' }}"
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.matrix) }}"
+    inputs = {"cpu-runs-on": '["self-hosted", "linux", "cpu-pool"]'}
+    assert evaluate(job["runs-on"], {"inputs": inputs}) == ["self-hosted", "linux", "cpu-pool"]
