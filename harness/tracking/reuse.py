@@ -228,7 +228,7 @@ class Pool:
                 n for n in started.keys() | environment.keys() if started.get(n) != environment.get(n)
             )
             differ = ", ".join(f"{n}={started.get(n)!r} -> {environment.get(n)!r}" for n in names)
-            self._refused(key, warm.run, f"the VLLM_* environment differs from its start's ({differ})")
+            self._refused(key, warm.run, f"the environment vLLM reads differs from its start's ({differ})")
 
     def _refused(self, key: str, run: Run | None, reason: str, test: str | None = None) -> None:
         self.writer.write(

@@ -139,13 +139,13 @@ def test_a_warm_engine_is_not_handed_to_a_start_under_another_vllm_environment(w
     engine = Engine("A", alive)
     pool.track(engine, _Run(0.3), state(engine), "A-1", "A", {"VLLM_USE_V2_MODEL_RUNNER": "1"})
     close("A-1", engine)
-    assert pool.take("A-0", "A", {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_X": "y"}) is None
+    assert pool.take("A-0", "A", {"VLLM_USE_V2_MODEL_RUNNER": "0", "HF_HUB_OFFLINE": "1"}) is None
     assert pool.take("B", "B", {}) is None  # another configuration altogether: nothing to say
     [refusal] = ledger.read(directory).refusals
     assert refusal["runner"] == "main-1" and refusal["fingerprint"] == "A-1"
     assert refusal["reason"] == (
-        "the VLLM_* environment differs from its start's "
-        "(VLLM_USE_V2_MODEL_RUNNER='1' -> '0', VLLM_X=None -> 'y')"
+        "the environment vLLM reads differs from its start's "
+        "(HF_HUB_OFFLINE=None -> '1', VLLM_USE_V2_MODEL_RUNNER='1' -> '0')"
     )
     assert pool.take("A-1", "A", {"VLLM_USE_V2_MODEL_RUNNER": "1"}) is engine
 

@@ -95,7 +95,7 @@ def test_reuse_through_a_suites_own_runner_grouped_on_the_first_run(pytester, mo
         (
             "under_another_environment",
             vllm[1]["id"],
-            "the VLLM_* environment differs from its start's (VLLM_ALLOW_LONG_MAX_MODEL_LEN=None -> '1')",
+            "the environment vLLM reads differs from its start's (VLLM_ALLOW_LONG_MAX_MODEL_LEN=None -> '1')",
         ),
         ("fresh", vllm[2]["id"], "the next test asked for a fresh engine (fresh_engine marker)"),
         ("fresh", vllm[3]["id"], "the test asked for a fresh engine (fresh_engine marker)"),
