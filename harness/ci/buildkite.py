@@ -1,6 +1,7 @@
 """``harness ci buildkite``: a dynamic pipeline for ``buildkite-agent pipeline upload``.
 
-One command step per platform × suite; `harness run` annotates the build itself, the step only when the
+One command step per platform × suite, then its baseline step (``harness.ci.baseline``: the shards merged
+and compared with the base branch's); `harness run` annotates the build itself, the step only when the
 session died before a summary. The pipeline is uploaded with Buildkite's interpolation on, so every
 ``$`` meant for the job's shell is written ``$$``; every value placed in a command is shell-quoted.
 """
