@@ -272,7 +272,7 @@ class HfRunner:
         import torch
 
         self.platform, self.settings = _environment()
-        self.device = {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu"}.get(self.platform.name, "cpu")
+        self.device = self.platform.torch_device
         self.model_name = self.name = model_name
         model_kwargs = {"dtype": dtype if dtype == "auto" else getattr(torch, dtype), **(model_kwargs or {})}
         self.is_sentence_transformer = is_sentence_transformer

@@ -13,6 +13,7 @@ import hashlib
 import heapq
 import json
 import os
+import re
 import statistics
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable, Mapping
@@ -21,6 +22,13 @@ from pathlib import Path
 from harness.errors import HarnessError
 
 LONGEST = 1e7  # seconds: a recorded duration past months is not one a test took
+_SHARD = re.compile(r"([0-9]{1,6})/([0-9]{1,6})")  # ASCII digits only: int() would read "０" as 0
+
+
+def shard_of(spec: object) -> tuple[int, int] | None:
+    """``"i/N"`` (how ``--shard`` and a report write a shard) → ``(i, N)``; None when it is not that."""
+    match = _SHARD.fullmatch(spec.strip()) if isinstance(spec, str) else None
+    return (int(match[1]), int(match[2])) if match else None
 
 
 def assign(units: Iterable[str], count: int, weights: Mapping[str, float] | None = None) -> list[list[str]]:

@@ -119,7 +119,7 @@ class Cell:
 
     def shard_dirs(self, parallelism: int) -> str:
         """The run directories of the cell's jobs as a glob (one per shard: ``harness run``'s default)."""
-        return f"{self.run_dir}-*of{parallelism}" if parallelism > 1 else self.run_dir
+        return run_dir(self.suite, self.platform, ("*", parallelism)) if parallelism > 1 else self.run_dir
 
 
 def check_name(kind: str, value: str) -> str:

@@ -1,4 +1,5 @@
-"""This process's caching allocator (torch's, on CUDA and ROCm alike), read without importing torch.
+"""This process's caching allocator (torch's: ``torch.cuda`` on CUDA and ROCm, ``torch.xpu`` on Intel GPUs,
+the same calls), read without importing torch.
 
 Device figures from NVML or amdsmi count the blocks torch keeps cached after tensors die, and the
 context a process creates with its first CUDA call. Neither is held by a runner: cached blocks serve this
@@ -11,24 +12,29 @@ from __future__ import annotations
 import sys
 
 
-def _cuda():
+def _backend():
+    """``torch.cuda`` or ``torch.xpu``, whichever this process initialised; None before either."""
     torch = sys.modules.get("torch")
-    return torch.cuda if torch is not None and torch.cuda.is_initialized() else None
+    for name in ("cuda", "xpu"):
+        backend = getattr(torch, name, None)
+        if backend is not None and backend.is_initialized():
+            return backend
+    return None
 
 
 def initialised() -> bool:
-    """Whether this process has a CUDA (or HIP) context yet."""
-    return _cuda() is not None
+    """Whether this process has a device context yet (CUDA, HIP or Level Zero)."""
+    return _backend() is not None
 
 
 def empty_cache() -> None:
     """Give torch's cached, unreferenced blocks back to the device."""
-    cuda = _cuda()
-    if cuda is not None:
-        cuda.empty_cache()
+    backend = _backend()
+    if backend is not None:
+        backend.empty_cache()
 
 
 def reserved(index: int) -> int:
     """Bytes torch holds on visible device ``index`` (live tensors and cache); 0 without a context."""
-    cuda = _cuda()
-    return cuda.memory_reserved(index) if cuda is not None else 0
+    backend = _backend()
+    return backend.memory_reserved(index) if backend is not None else 0

@@ -27,6 +27,7 @@ class AmdPlatform(Platform):
 
     name = "rocm"
     mask_variable = "HIP_VISIBLE_DEVICES"
+    torch_device = "cuda"
 
     def __init__(self, amdsmi: ModuleType, env: Mapping[str, str] = os.environ):
         self._amdsmi = amdsmi

@@ -43,6 +43,7 @@ class Platform(ABC):
 
     name: str  # "cuda" | "rocm" | "xpu" | "cpu"
     mask_variable: str | None  # the variable a worker sets to pin its device(s)
+    torch_device: str  # the torch device its tensors go to ("cuda" on ROCm too: HIP answers as CUDA)
 
     @abstractmethod
     def devices(self) -> list[Device]:

@@ -18,6 +18,7 @@ NODE0_MEMINFO = Path("/sys/devices/system/node/node0/meminfo")
 class HostPlatform(Platform):
     name = "cpu"
     mask_variable = None
+    torch_device = "cpu"
 
     def __init__(self, node_meminfo: Path = NODE0_MEMINFO):
         self._node_meminfo = node_meminfo

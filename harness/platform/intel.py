@@ -24,6 +24,7 @@ class XpuPlatform(Platform):
 
     name = "xpu"
     mask_variable = MASK
+    torch_device = "xpu"
 
     def __init__(self, torch: ModuleType, env: Mapping[str, str] = os.environ):
         self._xpu = torch.xpu

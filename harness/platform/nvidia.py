@@ -20,6 +20,7 @@ class NvidiaPlatform(Platform):
 
     name = "cuda"
     mask_variable = "CUDA_VISIBLE_DEVICES"
+    torch_device = "cuda"
 
     def __init__(self, nvml: ModuleType, env: Mapping[str, str] = os.environ):
         self._nvml = nvml

@@ -17,8 +17,6 @@ from typing import NamedTuple, Protocol
 
 from harness.platform.base import Platform
 
-MASKS = {"rocm": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}  # the mask a worker indexes by
-
 
 class Slot(NamedTuple):
     """One worker's share: the mask entry that selects its device, and that device's UUID."""
@@ -37,18 +35,18 @@ class WorkerCounts(Protocol):
     def workers_per_gpu(self) -> int: ...
 
 
-def outer_mask(platform_name: str, env: Mapping[str, str] = os.environ) -> tuple[str, str | None]:
+def outer_mask(platform: Platform, env: Mapping[str, str] = os.environ) -> tuple[str, str | None]:
     """(variable, value) of the mask the runtime indexes visible devices by; HIP falls back to CUDA's."""
-    if platform_name == "rocm" and "HIP_VISIBLE_DEVICES" not in env:
+    variable = platform.mask_variable or "CUDA_VISIBLE_DEVICES"
+    if platform.name == "rocm" and variable not in env:
         return "CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES")
-    variable = MASKS.get(platform_name, "CUDA_VISIBLE_DEVICES")
     return variable, env.get(variable)
 
 
 def slots(platform: Platform, env: Mapping[str, str] = os.environ) -> list[Slot]:
     """One slot per visible device, in visible order; the outer mask's own entries when there is one."""
     devices = platform.devices()
-    _, value = outer_mask(platform.name, env)
+    _, value = outer_mask(platform, env)
     entries = [entry.strip() for entry in value.split(",")] if value else [str(d.index) for d in devices]
     return [Slot(entry, device.uuid) for entry, device in zip(entries, devices, strict=False)]
 
@@ -61,11 +59,12 @@ def worker_slots(platform: Platform, per_gpu: int, env: Mapping[str, str] = os.e
     return [slot for slot in slots(platform, env) for _ in range(per_gpu)]
 
 
-def mask_variables(platform_name: str, mask: str) -> dict[str, str]:
-    """What a worker pinned to ``mask`` sets: HIP and CUDA agree on ROCm (vLLM checks that they do)."""
-    if platform_name == "rocm":
+def mask_variables(platform: Platform, mask: str) -> dict[str, str]:
+    """What a worker pinned to ``mask`` sets: its platform's mask; HIP and CUDA agree on ROCm (vLLM checks
+    that they do)."""
+    if platform.name == "rocm":
         return {"HIP_VISIBLE_DEVICES": mask, "CUDA_VISIBLE_DEVICES": mask}
-    return {MASKS.get(platform_name, "CUDA_VISIBLE_DEVICES"): mask}
+    return {platform.mask_variable or "CUDA_VISIBLE_DEVICES": mask}
 
 
 def auto_workers(

@@ -93,7 +93,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif serial and count < visible:
             platform = process_context(config).platform
             mask = ",".join(slot.mask for slot in slots(platform)[:count])
-            item.stash[_NARROWED] = mask_variables(platform.name, mask)
+            item.stash[_NARROWED] = mask_variables(platform, mask)
             narrowed = True
     if narrowed and not config.pluginmanager.has_plugin("harness-narrowing"):
         config.pluginmanager.register(_Narrowing(), "harness-narrowing")

@@ -11,10 +11,10 @@ the device's UUID. The arithmetic (slots, masks, ``-n auto``) is ``harness.platf
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
+from harness.platform import allocator
 from harness.platform.slots import Slot, auto_workers, mask_variables, outer_mask, worker_slots
 from harness.pytest_plugin.session import PLATFORM, process_context, worker_count, worker_id
 
@@ -61,8 +61,7 @@ def _pin(config: pytest.Config, pin: dict, worker: str) -> None:
     changed = {name: value for name, value in pin["variables"].items() if os.environ.get(name) != value}
     if not changed:
         return
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
+    if allocator.initialised():
         shown = ", ".join(f"{name}={value}" for name, value in changed.items())
         config.pluginmanager.register(
             _Unpinned(
@@ -85,9 +84,9 @@ class _Unpinned:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_setupnodes(config: pytest.Config, specs: list) -> None:
     """Deal one slot to each worker through its execnet spec's ``env``, set before pytest starts there."""
-    name = process_context(config).platform.name
+    platform = process_context(config).platform
     for spec, slot in zip(specs, _worker_slots(config), strict=False):
-        spec.env.update(mask_variables(name, slot.mask))
+        spec.env.update(mask_variables(platform, slot.mask))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -102,7 +101,7 @@ def pytest_configure_node(node) -> None:
     mask = node.gateway.spec.env.get(platform.mask_variable)
     slot = next(s for s in _worker_slots(config) if s.mask == mask)
     node.workerinput[PIN] = {
-        "variables": mask_variables(platform.name, slot.mask),
+        "variables": mask_variables(platform, slot.mask),
         "mask": slot.mask,
         "uuid": slot.uuid,
     }
@@ -120,6 +119,6 @@ def worker_event(config: pytest.Config) -> dict:
     return {
         "worker": worker,
         "devices": platform.uuids(),
-        "mask": outer_mask(platform.name)[1],
+        "mask": outer_mask(platform)[1],
         "pid": os.getpid(),
     }

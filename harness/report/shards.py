@@ -8,7 +8,6 @@ together; starts, files and advice are counted again from them.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from harness.errors import HarnessError
@@ -17,6 +16,7 @@ from harness.report.build import files, starts
 from harness.report.compare import load_checked
 from harness.report.outcomes import worst
 from harness.report.schema import Report
+from harness.split import shard_of
 
 LISTS = ("tests", "records", "findings", "workers", "reuses", "reuse_refusals", "splits")
 
@@ -60,13 +60,10 @@ def _complete(shards: list) -> None:
     without it would show fewer starts than it made."""
     if all(shard is None for shard in shards):
         return  # unsharded runs (one report per job)
-    matches = [
-        re.fullmatch(r"([0-9]{1,6})/([0-9]{1,6})", shard) if isinstance(shard, str) else None
-        for shard in shards
-    ]
-    if not all(matches):
+    parsed = [shard_of(shard) for shard in shards]
+    if None in parsed:
         raise HarnessError(f"the shards are not all of one split ({', '.join(map(str, shards))[:300]})")
-    split = [(int(match[1]), int(match[2])) for match in matches if match]
+    split = [pair for pair in parsed if pair is not None]
     counts = {count for _, count in split}
     if len(counts) > 1:
         raise HarnessError(f"the shards are of splits into {' and '.join(map(str, sorted(counts)))}")

@@ -8,7 +8,6 @@ the recorded durations, never on the input order, ``PYTHONHASHSEED`` or the chec
 from __future__ import annotations
 
 import os
-import re
 import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
@@ -20,7 +19,6 @@ from harness.errors import HarnessError, ReportError
 from harness.report.build import files
 from harness.report.store import load
 
-_SPEC = re.compile(r"([0-9]+)/([0-9]+)")  # ASCII digits only: int() would read "０" as 0
 MAX_SHARDS = 1024  # far more CI jobs than any build runs; a bigger N is a typo
 TEST_FILES = ("test_*.py", "*_test.py")  # pytest's default python_files, for sharding by file
 
@@ -36,12 +34,14 @@ def parse_shard(spec: str | None, env: Mapping[str, str] = os.environ) -> tuple[
             missing = "BUILDKITE_PARALLEL_JOB" if job is None else "BUILDKITE_PARALLEL_JOB_COUNT"
             raise HarnessError(f"{missing} is not set but its partner is; cannot pick a shard")
         spec, source = f"{job}/{jobs}", "BUILDKITE_PARALLEL_JOB/BUILDKITE_PARALLEL_JOB_COUNT"
-    match = _SPEC.fullmatch(spec.strip())
-    if not match:
-        raise HarnessError(f"{source} {spec!r} is not 'i/N' with whole numbers (0-based i, e.g. 0/4)")
-    if len(match[1]) > 6 or len(match[2]) > 6 or int(match[2]) > MAX_SHARDS:
+    parsed = split.shard_of(spec)
+    if parsed is None:
+        raise HarnessError(
+            f"{source} {spec!r} is not 'i/N' with whole numbers of up to 6 digits (0-based i, e.g. 0/4)"
+        )
+    index, count = parsed
+    if count > MAX_SHARDS:
         raise HarnessError(f"{source} {spec!r}: N may be at most {MAX_SHARDS}")
-    index, count = int(match[1]), int(match[2])
     if count < 1 or index >= count:
         raise HarnessError(f"{source} {spec!r} is out of range: need 0 <= i < N and N >= 1")
     return index, count

@@ -55,6 +55,20 @@ def test_without_torch_nothing_is_cached_or_initialised(monkeypatch):
     assert "torch" not in sys.modules
 
 
+def test_torchs_xpu_allocator_is_read_and_emptied_as_cudas(monkeypatch):
+    """On Intel GPUs torch keeps its blocks in ``torch.xpu``'s allocator, with the same calls."""
+    xpu = FakeCuda()
+    torch = module(FakeCuda())  # torch.cuda there, never initialised, as on an XPU host
+    torch.xpu = xpu
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    assert not allocator.initialised()
+    xpu.alloc(3 * GIB)
+    xpu.free(2 * GIB)
+    assert allocator.initialised() and allocator.reserved(0) == 3 * GIB
+    allocator.empty_cache()
+    assert xpu.cached == 0 and allocator.reserved(0) == GIB
+
+
 def test_cached_blocks_of_a_torn_down_fixture_do_not_send_a_start_to_the_long_wait(cuda):
     """H200: a class fixture's 84 GiB stayed in torch's cache after teardown; the next start waited 240 s."""
     cuda.alloc(60 * GIB)

@@ -53,10 +53,10 @@ def test_the_runtime_applies_ze_affinity_mask_and_its_entries_name_the_physical_
     platform = xpus(4, ZE_AFFINITY_MASK="3,1").platform
     assert [(d.index, d.physical) for d in platform.devices()] == [(0, 3), (1, 1)]
     assert platform.memory()[0].used_bytes == 3 * GIB + 7
-    assert outer_mask("xpu") == ("ZE_AFFINITY_MASK", "3,1")
+    assert outer_mask(platform) == ("ZE_AFFINITY_MASK", "3,1")
     # each worker gets the outer mask's own entry, set in Level Zero's variable only
     assert [slot.mask for slot in worker_slots(platform, 1)] == ["3", "1"]
-    assert mask_variables("xpu", "3") == {"ZE_AFFINITY_MASK": "3"}
+    assert mask_variables(platform, "3") == {"ZE_AFFINITY_MASK": "3"}
 
 
 def test_forced_xpu_without_it_is_one_line(fake_gpus):
