@@ -14,7 +14,6 @@ import os
 
 import pytest
 
-from harness.platform import allocator
 from harness.platform.slots import Slot, auto_workers, mask_variables, outer_mask, worker_slots
 from harness.pytest_plugin.session import PLATFORM, process_context, worker_count, worker_id
 
@@ -61,6 +60,8 @@ def _pin(config: pytest.Config, pin: dict, worker: str) -> None:
     changed = {name: value for name, value in pin["variables"].items() if os.environ.get(name) != value}
     if not changed:
         return
+    from harness.platform import allocator  # a session that starts no runner loads no allocator module
+
     if allocator.initialised():
         shown = ", ".join(f"{name}={value}" for name, value in changed.items())
         config.pluginmanager.register(
