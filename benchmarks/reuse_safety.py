@@ -10,8 +10,9 @@ tests/unit/vllm_reuse/safety_suite.py (state left in an engine, a killed engine 
 Builds the suite's tiny generation model once under DIR, runs the suite with plain pytest and the harness
 observing (reuse off), then with ``--harness-reuse``, each its own ledger. Prints each test's outcome in
 both runs and whether they are equal, vLLM starts (the parent's and forked children's) against the
-configurations, the refusals by reason, the safety net's findings, and the median seconds of a hand-off's
-checks and reset beside a start's. Exit 1 when an outcome differs.
+configurations, the refusals by reason, the safety net's findings and retries (tries run again, the starts
+they made, the tests that passed only through one), and the median seconds of a hand-off's checks and
+reset beside a start's. Exit 1 when an outcome differs.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def read(work: Path, name: str) -> tuple[ledger.Ledger, float]:
     merged, wall = ledger.Ledger(), 0.0
     for here in sorted(p.parent for p in work.glob(f"{name}*/wall_s")):
         found = ledger.read(here / "ledger")
-        for field in ("records", "tests", "findings", "reuses", "refusals"):
+        for field in ("records", "tests", "findings", "reuses", "refusals", "reruns"):
             getattr(merged, field).extend(getattr(found, field))
         wall += float((here / "wall_s").read_text())
     return merged, wall
@@ -94,8 +95,14 @@ def report(runs: dict[str, tuple[ledger.Ledger, float]]) -> int:
         for reason, count in ledger.refused_because(found.refusals):
             print(f"  refused {count}x: {reason}")
         for finding in found.findings:
-            if finding["type"] == "reuse-sensitive":
+            if finding["type"] in ("reuse-sensitive", "own-failure"):
                 print(f"  safety net: {finding['message']}")
+        retried = {r["test"]: r["result"] for r in found.reruns}
+        rescued = sum(result == "passed" for result in retried.values())
+        print(
+            f"  retries: {len(found.reruns)} tries of {len(retried)} tests run again, starting "
+            f"{sum(r['starts'] for r in found.reruns)}; {rescued} passed only through a retry"
+        )
         starts = [r["startup_s"] for r in vllm if r.get("startup_s")]
         handoffs = [r["handoff_s"] for r in found.reuses if r.get("handoff_s") is not None]
         if starts and handoffs:

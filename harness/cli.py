@@ -15,6 +15,7 @@ import traceback
 
 from harness import __version__
 from harness.errors import HarnessError
+from harness.platform import PLATFORMS
 
 MAX_ERROR_CHARS = 500  # an error line quoting a 100 KB value would bury the log: cut it
 BAD_INPUT, FAULT = 2, 4  # harness.run.exits; docs/exit-codes.md
@@ -31,6 +32,11 @@ COMPARE_EXIT_CODES = """exit codes:
   0        no regression
   1        a --fail-on-regression gate tripped
   2        bad input: a missing or malformed report, a bad gate
+"""
+MERGE_EXIT_CODES = """exit codes:
+  0        merged: every test of the selection ran once, in one shard; no gate tripped
+  1        merged and written, but a test ran in no shard or in two (named), or a gate tripped
+  2        bad input: shards not of one split, suite, platform or commit, a shard twice or missing
 """
 
 
@@ -62,7 +68,24 @@ def _parser() -> argparse.ArgumentParser:
     report.set_defaults(module="harness.report.finalize")
     _add_compare(sub)
     _add_ci(sub)
+    _add_flaky(sub)
     return parser
+
+
+def _add_flaky(sub) -> None:
+    flaky = sub.add_parser(
+        "flaky",
+        help="the flaky tests of recent builds' reports, by vLLM's quarantine rule, as its quarantine file",
+    )
+    flaky.add_argument("reports", nargs="+", help="reports (report.json or run directories) of recent builds")
+    flaky.add_argument(
+        "--quarantine",
+        metavar="FILE",
+        help="the quarantine list now (vLLM's quarantined_tests.json): its entries stay unless they earned "
+        "their way back (5 passes in a row)",
+    )
+    flaky.add_argument("--out", metavar="FILE", help="write the new list there (default: standard output)")
+    flaky.set_defaults(module="harness.report.flaky")
 
 
 def _add_run(sub) -> None:
@@ -76,7 +99,7 @@ def _add_run(sub) -> None:
     run.add_argument("suite", help="a suite of [tool.harness.suites] in pyproject.toml, e.g. pooling")
     run.add_argument(
         "--platform",
-        choices=["cuda", "rocm", "xpu", "cpu"],
+        choices=PLATFORMS,
         help="the platform to run on (default: detected)",
     )
     run.add_argument("--phase", action="append", dest="phases", metavar="NAME", help="run only these phases")
@@ -90,6 +113,19 @@ def _add_run(sub) -> None:
         metavar="REPORT",
         help="a previous run (report.json or run dir): tests that started one engine configuration run "
         "one after another; with --shard, LPT sharding by its durations",
+    )
+    run.add_argument(
+        "--history",
+        metavar="REPORT",
+        help="a previous run of this suite (report.json or run dir; default HARNESS_HISTORY), as CI restores "
+        "it: its durations weigh the split, tests that failed there run first, engine groups stay together; "
+        "one that is missing or cannot be used is one summary line ('no history: ...') and the run goes on",
+    )
+    run.add_argument(
+        "--timeouts-from-history",
+        action="store_true",
+        help="give each test that ran in the history pytest-timeout's timeout from its recorded seconds "
+        "(x1.5 + 60 s, at least 60 s, at most test_timeout_s), unless it sets its own",
     )
     run.add_argument(
         "--baseline",
@@ -116,7 +152,7 @@ def _add_compare(sub) -> None:
     merge = sub.add_parser(
         "merge",
         help="one suite's report from its shards' run directories (the parallel jobs of one build)",
-        epilog=COMPARE_EXIT_CODES,
+        epilog=MERGE_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     merge.add_argument(
@@ -152,6 +188,13 @@ def _add_ci(sub) -> None:
     buildkite.add_argument(
         "--parallelism", type=int, default=None, help="jobs per platform x suite (default: [tool.harness.ci])"
     )
+    buildkite.add_argument(
+        "--history",
+        metavar="DIR",
+        help="the cells' last merged reports as the cache restores them (DIR/<suite>-<platform>, e.g. "
+        "harness-baseline): each test step's timeout_in_minutes from their durations (docs/ci.md)",
+    )
+    _add_ci_settings(buildkite)
     buildkite.set_defaults(module="harness.ci.buildkite")
     matrix = ci_sub.add_parser("matrix", help="print the platform x suite matrix")
     matrix.add_argument(
@@ -159,7 +202,17 @@ def _add_ci(sub) -> None:
     )
     matrix.add_argument("--platforms", default=None, help="comma-separated (default: [tool.harness.ci])")
     matrix.add_argument("--suites", default=None, help="comma-separated (default: [tool.harness.ci])")
+    _add_ci_settings(matrix)
     matrix.set_defaults(module="harness.ci.github")
+
+
+def _add_ci_settings(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ci-settings",
+        metavar="PYPROJECT",
+        help="take [tool.harness.ci] (queues, images, mounts, device flags, env) from this file, e.g. the "
+        "base branch's pyproject.toml, not the pull request's (docs/ci.md)",
+    )
 
 
 def _private_writes() -> None:

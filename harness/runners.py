@@ -453,11 +453,20 @@ class HfRunner:
 def _load_on(device: str, auto_cls: Any, model: str, **kwargs: Any) -> Any:
     """``from_pretrained`` and the move to ``device`` as one recorded start, so the weights and, on a GPU,
     this process's CUDA context appear inside it (``device_map`` would do it in one call, but needs
-    accelerate). The ``from_pretrained`` inside is the same start, not another."""
+    accelerate). The ``from_pretrained`` inside is the same start, not another; with HF reuse on, a kept
+    model of the same load is handed on instead."""
     config = normalise(auto_cls.from_pretrained, (model,), kwargs)
-    config["class"] = auto_cls.__name__
+    config["class"], config["device"] = auto_cls.__name__, device
+    if (files := starts.local_files(model)) is not None:
+        config["model_files"] = files
+    shelf = current().shelf  # HF reuse: the load inside is nested in this start, so it is decided here
+    key = None if shelf is None else starts.fingerprint("hf", config)
+    if key is not None and (kept := shelf.take(key)) is not None:
+        return kept
     with starting("hf", model, config) as run:
         loaded = auto_cls.from_pretrained(model, **kwargs).to(device)
     if run is not None:
         run.watch(loaded)
+        if key is not None:
+            shelf.park(key, loaded, run)
     return loaded

@@ -1,125 +1,204 @@
-"""The shard split every CI job computes alone: units (whole files for ``harness run --shard``, groups of
-tests that must stay together for ``--num-shards``/``--shard-id``) onto N shards, longest first, by their
-recorded seconds; and those seconds, read from what CI keeps (a report.json, a JUnit file, pytest-split's
-``.test_durations``).
+"""The shard split every CI job computes alone: units (whole files for ``harness run``'s split, groups of
+tests that must stay together for pytest's own ``--num-shards``/``--shard-id``) onto N shards, longest
+first, weighed by recorded seconds (read from what CI keeps by the one loader,
+``harness.report.store.recorded``) under one rule for a missing or meaningless one (``weigh``). ``Shard`` is
+a shard's one shape; ``Plan.record`` what a shard job records of its split, so ``harness merge`` can prove
+that the shards ran the selection, each test once.
 
-The split depends only on the units' names and weights, never on their order, ``PYTHONHASHSEED`` or the
-checkout's location, so every job of a build agrees without talking to the others.
+The split depends only on the tests' names and weights, never on their order, ``PYTHONHASHSEED`` or the
+checkout's location, so every job of a build agrees without talking to the others; ``plan`` checks at run
+time that it placed every test exactly once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import heapq
-import json
-import os
+import math
 import re
 import statistics
-import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from harness.errors import HarnessError
 
 LONGEST = 1e7  # seconds: a recorded duration past months is not one a test took
+MAX_SHARDS = 1024  # far more CI jobs than any build runs; a bigger N is a typo
+DEFAULT_S = 1.0  # a test's weight where nothing at all is recorded
+FLOOR_S = 0.001  # the least a test weighs: where seconds say nothing (0 s), the split is by test count
 _SHARD = re.compile(r"([0-9]{1,6})/([0-9]{1,6})")  # ASCII digits only: int() would read "０" as 0
 
 
-def shard_of(spec: object) -> tuple[int, int] | None:
-    """``"i/N"`` (how ``--shard`` and a report write a shard) → ``(i, N)``; None when it is not that."""
-    match = _SHARD.fullmatch(spec.strip()) if isinstance(spec, str) else None
-    return (int(match[1]), int(match[2])) if match else None
+@dataclass(frozen=True)
+class Shard:
+    """One shard of a split: ``index`` (0-based) of ``count``, the one shape ``--shard i/N``,
+    ``--num-shards/--shard-id``, the ledger's ``shard`` event, phases.json and ``harness merge`` share.
+    Built only in range (``1 <= count <= MAX_SHARDS``, ``0 <= index < count``): else one
+    ``HarnessError`` line."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        _check(self.index, self.count, "shard", f"{self.index}/{self.count}")
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    @classmethod
+    def of(cls, index: object, count: object, source: str = "shard") -> Shard:
+        """``index`` of ``count`` as given (flags, a record's fields); out of range: one line naming
+        ``source``."""
+        _check(index, count, source, f"{index}/{count}")
+        return cls(index, count)  # type: ignore[arg-type]
+
+    @classmethod
+    def parse(cls, spec: object, source: str = "shard") -> Shard:
+        """``"i/N"`` (how ``--shard`` and a report write a shard) → ``Shard``; anything else, or out of
+        range, is one ``HarnessError`` line naming ``source``."""
+        match = _SHARD.fullmatch(spec.strip()) if isinstance(spec, str) else None
+        if match is None:
+            shown = repr(spec)[:80]
+            raise HarnessError(
+                f"{source} {shown} is not 'i/N' with whole numbers of up to 6 digits (0-based i, e.g. 0/4)"
+            )
+        index, count = int(match[1]), int(match[2])
+        _check(index, count, source, repr(spec))
+        return cls(index, count)
+
+
+def from_flags(count: int | None, index: int | None) -> Shard | None:
+    """pytest-shard's ``--num-shards``/``--shard-id`` as a shard, None when neither is given; a half pair
+    or a pair out of range is one ``HarnessError`` line (every place that accepts the flags says the same)."""
+    if count is None and index is None:
+        return None
+    if count is None or index is None:
+        given, missing = ("--shard-id", "--num-shards") if count is None else ("--num-shards", "--shard-id")
+        raise HarnessError(f"{given} without {missing}: give both (pytest-shard's flags) or neither")
+    return Shard.of(index, count, "--num-shards/--shard-id")
+
+
+def _check(index: object, count: object, source: str, shown: str) -> None:
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in (index, count)):
+        raise HarnessError(f"{source} {shown}: index and count must be whole numbers")
+    assert isinstance(index, int) and isinstance(count, int)
+    if count > MAX_SHARDS:
+        raise HarnessError(f"{source} {shown}: N may be at most {MAX_SHARDS}")
+    if count < 1 or not 0 <= index < count:
+        raise HarnessError(f"{source} {shown} is out of range: need 0 <= i < N and N >= 1")
 
 
 def assign(units: Iterable[str], count: int, weights: Mapping[str, float] | None = None) -> list[list[str]]:
     """Split ``units`` into ``count`` shards, each unit in exactly one, each shard in the order given.
 
-    With weights: longest first onto the lightest shard (LPT; ties go to the lower shard, equal units by
-    name); a unit without a weight weighs the median of those with one. With none: a SHA-256 of the name,
-    so a unit keeps its shard as others come and go.
+    Longest first onto the lightest shard (LPT; ties go to the lower shard, equal units by name). A unit
+    without a usable weight weighs as ``weigh`` fills a test (the median of the usable ones, else
+    ``DEFAULT_S``); none less than ``FLOOR_S``. Without weights every unit weighs the same: by count.
     """
     if count < 1:
         raise HarnessError(f"shard count {count} must be at least 1")
     ordered = list(dict.fromkeys(units))
-    known = {unit: float(weights[unit]) for unit in ordered if weights and unit in weights}
-    if known:
-        median = statistics.median(known.values())
-        weight = {unit: known.get(unit, median) for unit in ordered}
-        loads = [(0.0, shard) for shard in range(count)]
-        owner: dict[str, int] = {}
-        for unit in sorted(ordered, key=lambda u: (-weight[u], u)):
-            load, shard = heapq.heappop(loads)
-            owner[unit] = shard
-            heapq.heappush(loads, (load + weight[unit], shard))
-    else:
-        owner = {unit: int(hashlib.sha256(unit.encode()).hexdigest(), 16) % count for unit in ordered}
+    weight = _filled({unit: (weights or {}).get(unit) for unit in ordered}, lambda unit: unit, math.inf)
+    loads = [(0.0, shard) for shard in range(count)]
+    owner: dict[str, int] = {}
+    for unit in sorted(ordered, key=lambda u: (-weight[u], u)):
+        load, shard = heapq.heappop(loads)
+        owner[unit] = shard
+        heapq.heappush(loads, (load + weight[unit], shard))
     shards: list[list[str]] = [[] for _ in range(count)]
     for unit in ordered:
         shards[owner[unit]].append(unit)
     return shards
 
 
-def test_seconds(path: str | os.PathLike[str]) -> tuple[dict[str, float], str]:
-    """Seconds per test from ``path`` and what it was: a report.json (or the run directory holding one),
-    a JUnit XML file (keyed ``classname::name``, as ``junit_key`` makes them), or pytest-split's
-    ``.test_durations`` (node id → seconds). A file that is none of them is one ``HarnessError`` line."""
-    seconds, source, _ = recorded(path)
-    return seconds, source
+def _usable(value: object, most: float = LONGEST) -> float | None:
+    """A duration as LPT can add it (finite, not negative; within ``FLOOR_S``..``most``), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return min(max(float(value), FLOOR_S), most)
 
 
-def recorded(path: str | os.PathLike[str]) -> tuple[dict[str, float], str, History]:
-    """``test_seconds`` and, from a report.json, its ``History`` (an empty one from the others): one read."""
-    where = Path(path)
-    if where.is_dir():
-        where = where / "report.json"
-    try:
-        text = where.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise HarnessError(f"{path}: cannot read recorded durations ({error})") from None
-    if text.lstrip().startswith("<"):
-        return _junit(path, text), "junit", History()
-    try:
-        data = json.loads(text)
-    except ValueError as error:
-        raise HarnessError(f"{path}: neither JSON nor JUnit XML ({error})") from None
-    if isinstance(data, dict) and isinstance(data.get("tests"), list):
-        known = isinstance(data.get("records"), list)  # a report of runner starts: units from them
-        return _report(path, data["tests"]), "report", History(data) if known else History()
-    if isinstance(data, dict):
-        return {str(k): _seconds(path, v) for k, v in data.items()}, "test_durations", History()
-    raise HarnessError(f"{path}: expected a report.json or pytest-split's .test_durations object")
+def weigh(nodeids: Iterable[str], seconds: Mapping[str, float]) -> dict[str, float]:
+    """Each test's weight, the one rule for a missing duration: its record (by node id, or JUnit's
+    ``classname::name``); a test without a usable one (missing, negative, NaN, infinite) weighs its file's
+    median, else the median of every usable record, else ``DEFAULT_S``; none weighs less than ``FLOOR_S``
+    (0 s: the split is by test count) or more than ``LONGEST``."""
+    found = {n: seconds.get(n, seconds.get(junit_key(n))) for n in nodeids}
+    return _filled(found, lambda nodeid: nodeid.split("::")[0])
 
 
-def _seconds(path: object, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= LONGEST:
-        raise HarnessError(f"{path}: a duration is {str(value)[:40]!r}, not seconds from 0 to {LONGEST:g}")
-    return float(value)
+def _filled(
+    found: Mapping[str, object], group: Callable[[str], str], most: float = LONGEST
+) -> dict[str, float]:
+    """``weigh``'s rule over any names: a usable value as it is (within ``FLOOR_S``..``most``), else the
+    median of its group's usable values, else of all, else ``DEFAULT_S``."""
+    known: dict[str, float] = {}
+    for name, value in found.items():
+        if (usable := _usable(value, most)) is not None:
+            known[name] = usable
+    by_group: dict[str, list[float]] = {}
+    for name, usable in known.items():
+        by_group.setdefault(group(name), []).append(usable)
+    overall = statistics.median(known.values()) if known else DEFAULT_S
+    medians = {key: statistics.median(values) for key, values in by_group.items()}
+    return {name: known[name] if name in known else medians.get(group(name), overall) for name in found}
 
 
-def _report(path: object, tests: list) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for test in tests:
-        if not isinstance(test, dict) or not isinstance(test.get("nodeid"), str):
-            raise HarnessError(f"{path}: a test entry has no node id")
-        phases = [test.get(k) for k in ("setup_s", "call_s", "teardown_s")]
-        found[test["nodeid"]] = sum(_seconds(path, p) for p in phases if p is not None)
-    return found
+@dataclass(frozen=True)
+class Plan:
+    """A split of one selection: per shard its node ids (in the order given) and predicted seconds, and
+    what it was computed from (``digest`` of the selection, of the assignment, the inputs)."""
+
+    shards: tuple[tuple[str, ...], ...]
+    predicted: tuple[float, ...]
+    selection: int
+    selection_digest: str
+    digest: str
+
+    def record(self, shard: Shard, inputs: Mapping[str, object]) -> dict:
+        """What one shard job records of the split (phases.json's ``split``, the ledger's ``shard``
+        event): its shard, its tests, the selection's size and digest, the split's digest and inputs."""
+        mine = self.shards[shard.index]
+        return {
+            "index": shard.index,
+            "count": shard.count,
+            "tests": len(mine),
+            "predicted_s": round(self.predicted[shard.index], 3),
+            "selection": {"tests": self.selection, "digest": self.selection_digest},
+            "split": self.digest,
+            "inputs": dict(inputs),
+            "assigned": list(mine),
+        }
 
 
-def _junit(path: object, text: str) -> dict[str, float]:
-    try:
-        root = ElementTree.fromstring(text)
-    except ElementTree.ParseError as error:
-        raise HarnessError(f"{path}: not well-formed JUnit XML ({error})") from None
-    found: dict[str, float] = {}
-    for case in root.iter("testcase"):
-        given = case.get("time") or "0"
-        try:
-            seconds = float(given)
-        except ValueError:
-            raise HarnessError(f"{path}: a testcase's time is {given[:40]!r}, not seconds") from None
-        found[f"{case.get('classname', '')}::{case.get('name', '')}"] = _seconds(path, seconds)
-    return found
+def plan(nodeids: Sequence[str], count: int, seconds: Mapping[str, float], history: History) -> Plan:
+    """The split of ``nodeids`` into ``count`` shards: units that stay together (``history.unit``) weighed
+    by ``weigh`` and spread by ``assign``; the same whatever the order of ``nodeids``."""
+    ordered = list(dict.fromkeys(nodeids))
+    units: dict[str, list[str]] = {}
+    for nodeid in ordered:
+        units.setdefault(history.unit(nodeid), []).append(nodeid)
+    weight = weigh(ordered, seconds)
+    # fsum: exactly rounded, so a unit weighs the same whatever order its tests were collected in
+    weights = {unit: math.fsum(weight[n] for n in members) for unit, members in units.items()}
+    placed = assign(units, count, weights)
+    owner = {unit: i for i, found in enumerate(placed) for unit in found}
+    shards: list[list[str]] = [[] for _ in range(count)]
+    for nodeid in ordered:
+        shards[owner[history.unit(nodeid)]].append(nodeid)
+    predicted = [math.fsum(weights[unit] for unit in found) for found in placed]
+    if sum(map(len, shards)) != len(ordered) or {n for shard in shards for n in shard} != set(ordered):
+        raise RuntimeError("the split lost or doubled a test")  # checked at run time: a bug of ours, exit 4
+    assignment = sorted(f"{i}\t{n}" for i, found in enumerate(shards) for n in found)
+    return Plan(
+        tuple(map(tuple, shards)), tuple(predicted), len(ordered), digest(ordered), digest(assignment)
+    )
+
+
+def digest(nodeids: Iterable[str]) -> str:
+    """A set of node ids as 16 hex digits (SHA-256 of them sorted): equal on every job for equal sets."""
+    text = "\n".join(sorted(set(nodeids)))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def junit_key(nodeid: str) -> str:

@@ -7,8 +7,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests import fakes
+
+# property tests (hypothesis): no per-example deadline (this 2-core machine varies ±30 %, and a slow example
+# is not a wrong one), no example database written into the checkout
+settings.register_profile("harness", deadline=None, database=None)
+settings.load_profile("harness")
 
 ROOT = Path(__file__).resolve().parents[1]
 # The pytest sessions these tests start (pytester, harness run) live in temporary folders without a

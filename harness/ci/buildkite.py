@@ -1,6 +1,6 @@
 """``harness ci buildkite``: a dynamic pipeline for ``buildkite-agent pipeline upload``.
 
-One command step per platform × suite, then its baseline step (``harness.ci.baseline``: the shards merged
+One command step per platform × suite, then its baseline step (``harness.ci.baseline_step``: the shards merged
 and compared with the base branch's); `harness run` annotates the build itself, the step only when the
 session died before a summary. The pipeline is uploaded with Buildkite's interpolation on, so every
 ``$`` meant for the job's shell is written ``$$``; every value placed in a command is shell-quoted.
@@ -13,13 +13,15 @@ import os
 import shlex
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 import yaml
 
-from harness.ci import baseline
-from harness.ci.matrix import Cell, CiSettings, Container, cells, harness_requirement, load
+from harness.ci import baseline_step, timeouts
+from harness.ci.matrix import CI_KINDS, Cell, CiSettings, Container, cells, harness_requirement, load
 from harness.config.settings import CI_DEADLINE
-from harness.errors import HarnessError
+from harness.config.validate import check
+from harness.config.variables import HISTORY
 from harness.report.publish import annotation_context
 
 _NOX_VENV = ".harness-nox"
@@ -29,46 +31,64 @@ DOCKER_PLUGIN = "docker#v5.13.0"
 # docker run flag -> the docker plugin's key; devices and groups are lists there
 _PLUGIN_KEYS = {"--gpus": "gpus", "--ipc": "ipc", "--shm-size": "shm-size", "--runtime": "runtime"}
 _PLUGIN_LISTS = {"--device": "devices", "--group-add": "additional-groups"}
+PARALLELISM = CI_KINDS["parallelism"]  # --parallelism within [tool.harness.ci] parallelism's bounds
 SECRETS = ("HF_TOKEN",)  # passed from the agent's environment into the container when set there
 
 
 def pipeline(
-    selected: list[Cell], settings: CiSettings, parallelism: int, build: Mapping[str, str] | None = None
+    selected: list[Cell],
+    settings: CiSettings,
+    parallelism: int,
+    build: Mapping[str, str] | None = None,
+    history: str | None = None,
 ) -> dict:
     """The pipeline as data (what ``main`` prints as YAML): per cell its test step, then the step that
     merges the cell's jobs and compares them with the base branch (``build``: the uploading job's
-    environment, which says the branch)."""
-    base = baseline.Build.of(build if build is not None else os.environ, settings.baseline_branches)
+    environment, which says the branch). ``history``: a folder of the cells' last merged reports
+    (``harness-baseline/<suite>-<platform>``, as the cache restores it), whose durations set each test
+    step's timeout (``harness.ci.timeouts``)."""
+    base = baseline_step.Build.of(build if build is not None else os.environ, settings.baseline_branches)
     steps = []
     for cell in selected:
-        compare = {**baseline.step(cell, settings, parallelism, base), "retry": retries(settings)}
-        steps += [_step(cell, settings, parallelism), compare]
+        compare = {**baseline_step.step(cell, settings, parallelism, base), "retry": retries(settings)}
+        kept = Path(history) / f"{cell.suite}-{cell.platform}" if history else None
+        minutes, why = timeouts.for_cell(kept, parallelism, settings.timeout_in_minutes)
+        if history:
+            print(f"harness: {cell.key} timeout_in_minutes {minutes}: {why}", file=sys.stderr)
+        steps += [_step(cell, settings, parallelism, base, minutes), compare]
     return {"steps": steps}
 
 
 def main(args: argparse.Namespace) -> int:
-    settings, known_suites = load()
-    parallelism = settings.parallelism if args.parallelism is None else args.parallelism
-    if parallelism < 1:
-        raise HarnessError(f"--parallelism {parallelism} must be at least 1")
+    settings, known_suites = load(ci_from=args.ci_settings)
+    given = args.parallelism
+    parallelism = settings.parallelism if given is None else check("--parallelism", given, PARALLELISM)
     selected = cells(settings, known_suites, args.platforms, args.suites)
-    sys.stdout.write(yaml.safe_dump(pipeline(selected, settings, parallelism), sort_keys=False, width=1000))
+    made = pipeline(selected, settings, parallelism, history=args.history)
+    sys.stdout.write(yaml.safe_dump(made, sort_keys=False, width=1000))
     return 0
 
 
-def _step(cell: Cell, settings: CiSettings, parallelism: int) -> dict:
+def _step(
+    cell: Cell, settings: CiSettings, parallelism: int, base: baseline_step.Build, minutes: int
+) -> dict:
     container = settings.container(cell.platform)
     step = {
         "key": cell.key,
         "label": f"{cell.platform} {cell.suite}",
         "agents": {"queue": settings.queues[cell.platform]},
-        "commands": _commands(cell, settings, parallelism, container),
-        "timeout_in_minutes": settings.timeout_in_minutes,
+        "commands": _commands(cell, settings, parallelism, container, minutes),
+        "timeout_in_minutes": minutes,
+        # the run's history: what the cache restored (a missing one is a summary line, never a failure);
+        # the docker plugin propagates the step's environment into the container
+        "env": {HISTORY: baseline_step.history_dir(cell)},
         "retry": retries(settings),
         "artifact_paths": [f"{cell.shard_dirs(parallelism)}/**/*"],
     }
-    if container:
-        step["plugins"] = [{DOCKER_PLUGIN: _docker(container)}]
+    # the cell's last report as the run's history (restored before the docker plugin runs)
+    # the cache plugin restores before any plugin's command hook (the docker plugin's) runs
+    plugins: list[dict] = [{DOCKER_PLUGIN: _docker(container)}] if container else []
+    step["plugins"] = plugins + baseline_step.history_cache(cell, settings, base)
     if parallelism > 1:
         step["parallelism"] = parallelism
     return step
@@ -79,7 +99,9 @@ def retries(settings: CiSettings) -> dict:
     return {"automatic": [{**rule, "limit": settings.retry_limit} for rule in _INFRA_FAILURES]}
 
 
-def _commands(cell: Cell, settings: CiSettings, parallelism: int, container: Container | None) -> list[str]:
+def _commands(
+    cell: Cell, settings: CiSettings, parallelism: int, container: Container | None, minutes: int
+) -> list[str]:
     # An image has the test stack: nox and the harness that generated this step go into it (the container
     # is thrown away after the step). A prebuilt agent has all of it. Otherwise nox gets a venv of its own
     # (agents' system Pythons are often externally managed), with uv to build the session's venv.
@@ -102,7 +124,7 @@ def _commands(cell: Cell, settings: CiSettings, parallelism: int, container: Con
         f" | buildkite-agent annotate --style error --context {context}"
     )
     # harness run ends its phases in time to write the report before Buildkite's timeout ends the job
-    deadline = f"export {CI_DEADLINE}=$$(( $$(date +%s) + {settings.timeout_in_minutes * 60} ))"
+    deadline = f"export {CI_DEADLINE}=$$(( $$(date +%s) + {minutes * 60} ))"
     return [
         deadline,
         *setup,

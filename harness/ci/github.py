@@ -19,7 +19,7 @@ def matrix(args: argparse.Namespace) -> list[dict]:
     ``image`` and ``container_options`` are the job's ``container`` (empty: the job runs on the runner);
     ``fail_on_regression`` and ``baseline_branches`` are for the compare job after the tests.
     """
-    settings, known_suites = load()
+    settings, known_suites = load(ci_from=args.ci_settings)
     rows = []
     for cell in cells(settings, known_suites, args.platforms, args.suites):
         container = settings.container(cell.platform)

@@ -7,6 +7,7 @@ shell command is checked once, here.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,23 +15,26 @@ from typing import Annotated
 
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.suites import parse_suite, run_dir
-from harness.config.validate import Bounds, Count, expected, fields_of, hints, known
+from harness.config.validate import Bounds, expected, fields_of, hints, known
 from harness.errors import ConfigError, HarnessError
 from harness.platform import PLATFORMS
+from harness.platform.jobs import DEFAULT_CELLS, DEVICE_NODES, DEVICE_OPTIONS, QUEUES, RUNTIMES
 from harness.platform.packages import installed
 from harness.report.compare import Gate
+from harness.split import MAX_SHARDS
 
-QUEUES = {"cuda": "gpu-cuda", "rocm": "gpu-rocm", "xpu": "gpu-xpu", "cpu": "cpu"}
-CI_PLATFORMS = ("cuda", "rocm", "cpu")  # the default cells; xpu when [tool.harness.ci] platforms names it
-# How a container reaches the platform's GPUs: the flags vLLM's CUDA and ROCm images are run with.
-DEVICE_OPTIONS = {
-    "cuda": ("--gpus", "all", "--ipc", "host"),
-    "rocm": ("--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video", "--ipc", "host"),
-    "xpu": ("--device", "/dev/dri", "--ipc", "host"),  # Intel GPUs: the DRM render nodes Level Zero opens
-    "cpu": (),
-}
 # The docker run flags both CI systems can express (GitHub's container options, Buildkite's docker plugin).
 DEVICE_FLAGS = ("--gpus", "--device", "--group-add", "--ipc", "--shm-size", "--runtime")
+# What a pull request's [tool.harness.ci] may not mount (model_cache) into a GPU container: the system's
+# directories, the container runtime's socket and state, the CI agent's own; nor a directory holding one.
+SYSTEM_PATHS = (
+    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root",
+    "/run", "/sbin", "/sys", "/usr", "/var/run", "/var/lib/docker", "/var/lib/containerd",
+    "/var/lib/buildkite-agent", "/var/lib/kubelet", "/var/log", "/var/spool", "/var/mail",
+    "/etc/buildkite-agent", "/opt/actions-runner", "/snap",
+)  # fmt: skip
+_NODES = "a GPU device node under " + ", ".join(DEVICE_NODES)
+MOST_MINUTES = 7 * 24 * 60  # a job's timeout: a week is far past any CI's own limit; more is a typo
 MODEL_CACHE = "/model-cache"  # the containers' HF_HOME, where [tool.harness.ci] model_cache is mounted
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # also a valid Buildkite step key, artifact and nox name
 # Values that reach docker flags in YAML and a shell: no space, quote or `$` (Buildkite interpolates `$`).
@@ -48,12 +52,13 @@ _SAFE_PATH = "letters, digits and / . _ + - only"
 class CiSettings:
     """``[tool.harness.ci]``: what the generated pipelines run where."""
 
-    platforms: tuple[str, ...] = CI_PLATFORMS
+    platforms: tuple[str, ...] = DEFAULT_CELLS
     suites: tuple[str, ...] = ()  # empty: every suite in [tool.harness.suites]
     queues: dict[str, str] = field(default_factory=lambda: dict(QUEUES))
     prebuilt_image: bool = False  # the agent image already has the test dependencies: nox --no-venv
-    parallelism: Count = 1
-    timeout_in_minutes: Count = 180
+    # what harness run's own --shard parser takes: a generated step it then refused would fail every job
+    parallelism: Annotated[int, Bounds(1, MAX_SHARDS)] = 1
+    timeout_in_minutes: Annotated[int, Bounds(1, MOST_MINUTES)] = 180
     retry_limit: Annotated[int, Bounds(0, 10)] = 2  # Buildkite's range
     images: dict[str, str] = field(default_factory=dict)  # platform -> image its cells run in
     device_options: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEVICE_OPTIONS))
@@ -132,9 +137,15 @@ def check_name(kind: str, value: str) -> str:
     return value
 
 
-def load(pyproject: Path | None = None) -> tuple[CiSettings, tuple[str, ...]]:
-    """``[tool.harness.ci]`` and the suite names of ``[tool.harness.suites]`` from the nearest pyproject."""
+def load(pyproject: Path | None = None, ci_from: str | None = None) -> tuple[CiSettings, tuple[str, ...]]:
+    """``[tool.harness.ci]`` and the suite names of ``[tool.harness.suites]`` from the nearest pyproject;
+    with ``ci_from`` (``--ci-settings``: the base branch's pyproject.toml), ``[tool.harness.ci]`` from there,
+    so a pull request cannot choose its own jobs' queues, images, mounts, device flags or environment."""
     tool = read_table(pyproject or find_pyproject())
+    if ci_from:
+        if not Path(ci_from).is_file():
+            raise ConfigError(f"--ci-settings {ci_from}: no such file (the base branch's pyproject.toml)")
+        tool = {**tool, "ci": read_table(Path(ci_from)).get("ci", {})}
     suites = tool.get("suites", {})
     if not isinstance(suites, dict):
         raise ConfigError("[tool.harness] suites: expected tables [tool.harness.suites.<name>]")
@@ -227,6 +238,25 @@ def _check_containers(values: dict) -> None:
             _PATH,
             f"an absolute path of {_SAFE_PATH}",
         )
+        _mountable("[tool.harness.ci] model_cache", values["model_cache"])
+    for platform, flags in values.get("device_options", {}).items():
+        for flag, value in zip(flags[::2], flags[1::2], strict=True):
+            plain = posixpath.normpath(value) == value
+            if flag == "--device" and not (plain and value.split(":")[0].startswith(DEVICE_NODES)):
+                expected(f"[tool.harness.ci.device_options] {platform} --device", _NODES, value)
+            if flag == "--runtime" and value not in RUNTIMES:
+                runtimes = " or ".join(RUNTIMES)
+                expected(f"[tool.harness.ci.device_options] {platform} --runtime", runtimes, value)
+
+
+def _mountable(label: str, path: str) -> None:
+    """A host directory a pull request may mount into every GPU container: absolute, written plainly (no
+    ``.``/``..``/``//``), not a system directory, inside one, or a parent of one (``/`` holds them all)."""
+    if posixpath.normpath(path) != path or path.startswith("//"):
+        expected(label, "an absolute path written plainly (no '.', '..', '//' or trailing '/')", path)
+    for system in SYSTEM_PATHS:
+        if path == system or path.startswith(system + "/") or system.startswith(path.rstrip("/") + "/"):
+            expected(label, f"a directory for models, not {system} or a directory around it", path)
 
 
 def _check_baseline(values: dict) -> None:

@@ -13,8 +13,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal, NamedTuple
 
+from harness import failures, quarantine
 from harness.config.pyproject import find_pyproject, read_table
-from harness.config.validate import Amount, Bounds, Positive, Workers, fields_of, from_text, hints, table
+from harness.config.validate import (
+    Amount,
+    Bounds,
+    Positive,
+    Text,
+    Workers,
+    fields_of,
+    from_text,
+    hints,
+    table,
+)
 from harness.errors import ConfigError
 from harness.platform import PLATFORMS
 
@@ -48,6 +59,16 @@ class Settings(NamedTuple):
     reuse_hf: bool = False  # hand a loaded HF model on to the next identical load (harness.tracking.hf_reuse)
     freeze_collected: bool = True  # gc.freeze once collected (harness.pytest_plugin.frozen)
     cache_references: bool = True  # references kept across workers and runs (harness.references)
+    # why a test failed (harness.failures): a suite's own message patterns per class, checked before the
+    # harness's; the classes a failed test is retried for (none by default), how often and how far apart
+    failure_patterns: dict[str, tuple[Text, ...]] = {}  # a default never mutated
+    retry: tuple[Text, ...] = ()
+    retries: Annotated[int, Bounds(1, 10)] = 1
+    retry_delay_s: Annotated[float, Bounds(0, 3600)] = 0.0
+    # tests whose failures are reported but do not fail the run (harness.quarantine): node ids or tables
+    # {test, until, platform, reason}; and vLLM's quarantined_tests.json
+    quarantine: tuple[str | dict[str, str], ...] = ()
+    quarantine_file: str | None = None
 
 
 PLATFORM_DEFAULTS: dict[str, dict[str, object]] = {
@@ -79,7 +100,18 @@ def load_settings(
         variable = f"HARNESS_{key.upper()}"
         if variable in env:
             values[key] = from_text(variable, env[variable], kind)
-    return Settings(**values)
+    return _checked(Settings(**values))
+
+
+def _checked(settings: Settings) -> Settings:
+    """What a type cannot say: the failure classes and patterns, the quarantine's entries."""
+    failures.patterns(settings.failure_patterns)
+    unknown = [name for name in settings.retry if name not in failures.CLASSES]
+    if unknown:
+        known = ", ".join(failures.CLASSES)
+        raise ConfigError(f"[tool.harness] retry: {unknown[0]!r} is not a failure class (known: {known})")
+    quarantine.from_settings(settings.quarantine)
+    return settings
 
 
 def ci_deadline(env: Mapping[str, str] = os.environ) -> float | None:

@@ -1,4 +1,5 @@
-"""The one validator of harness tables: ``[tool.harness]``, suite tables and ``[tool.harness.ci]``.
+"""The one validator of harness tables (``[tool.harness]``, suite tables and ``[tool.harness.ci]``) and of
+the JSON files the harness reads back (``mismatch``: a value against a ``TypedDict``'s hints, unchanged).
 
 A table's keys and types come from the dataclass it fills (``typing.get_type_hints``, so from type objects,
 never annotation text); limits ride on the type as ``Annotated[..., Bounds(...)]``. Every problem is one
@@ -61,6 +62,7 @@ _NOUNS = {
     str: "a string",
     dict: "a table",
     list: "an array of tables",
+    Any: "any value",
 }
 _TRUE, _FALSE, _NULL = ("1", "true", "yes", "on"), ("0", "false", "no", "off"), ("", "none", "null")
 
@@ -138,6 +140,10 @@ def describe(kind: Any) -> str:
         return f"a list of {describe(args[0]).split(' ', 1)[1]}s"
     if origin is dict:
         return f"a table of {describe(args[1]).split(' ', 1)[1]}s"
+    if origin is list:
+        return f"a list of {describe(args[0]).split(' ', 1)[1]}s"
+    if typing.is_typeddict(kind):
+        return "an object"
     return _NOUNS.get(origin or kind, str(kind))
 
 
@@ -193,3 +199,92 @@ def _bases(kind: Any) -> list[Any]:
 
 def _accepts(kind: Any, base: type) -> bool:
     return base in _bases(kind)
+
+
+def mismatch(value: Any, kind: Any, where: str = "") -> tuple[str, str, Any] | None:
+    """Where a JSON value (``json.loads``'s) is not of ``kind``, what belongs there and what is there; None
+    when it is of ``kind``.
+
+    ``kind`` is built of ``TypedDict`` (its required keys present; keys it does not name pass, so a newer
+    writer's additions are read), ``list[X]``, ``dict[str, X]``, unions, ``Literal``, ``Annotated`` with
+    ``Bounds``, ``Any`` and plain types; an ``int`` is a ``float`` too, a bool is neither. Nothing is
+    converted: the caller keeps the value it checked.
+    """
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Required, typing.NotRequired):
+        return mismatch(value, args[0], where)
+    if origin is Annotated:
+        inner = mismatch(value, args[0], where)
+        bounds = [meta for meta in kind.__metadata__ if isinstance(meta, Bounds)]
+        if inner is None and not all(b.hold(value) for b in bounds):
+            return where, describe(kind), value
+        return inner
+    if origin in (typing.Union, types.UnionType):
+        if any(mismatch(value, arm) is None for arm in args):
+            return None
+        shaped = [arm for arm in args if _shaped(value, arm)]  # the arm the value is trying to be
+        return mismatch(value, shaped[0], where) if len(shaped) == 1 else (where, describe(kind), value)
+    if origin is list:
+        if not isinstance(value, list):
+            return where, describe(kind), value
+        return next(
+            (m for i, item in enumerate(value) if (m := mismatch(item, args[0], f"{where}[{i}]"))), None
+        )
+    if origin is dict:
+        if not isinstance(value, dict):
+            return where, describe(kind), value
+        return next(
+            (m for key, item in value.items() if (m := mismatch(item, args[1], f"{where}[{key!r}]"))), None
+        )
+    if typing.is_typeddict(kind):
+        return _record_mismatch(value, kind, where)
+    if kind is Any:
+        return None
+    if origin is Literal:
+        return (
+            None
+            if any(type(value) is type(a) and value == a for a in args)
+            else (where, describe(kind), value)
+        )
+    return None if _scalar(value, kind) is not _WRONG else (where, describe(kind), value)
+
+
+_FIELDS: dict[Any, tuple[dict[str, Any], set[str]]] = {}  # a TypedDict's fields, once a process
+
+
+def _fields(kind: Any) -> tuple[dict[str, Any], set[str]]:
+    """A ``TypedDict``'s resolved hints and its required keys, from the hints (``__required_keys__`` takes
+    every string annotation as required, so it misses ``NotRequired`` under ``from __future__ import
+    annotations``)."""
+    fields = hints(kind)
+    wrapped = {name: typing.get_origin(hint) for name, hint in fields.items()}
+    required = {
+        name
+        for name, origin in wrapped.items()
+        if origin is typing.Required or (kind.__total__ and origin is not typing.NotRequired)
+    }
+    return fields, required
+
+
+def _record_mismatch(value: Any, kind: Any, where: str) -> tuple[str, str, Any] | None:
+    if not isinstance(value, dict):
+        return where, "an object", value
+    fields, required = _FIELDS.get(kind) or _FIELDS.setdefault(kind, _fields(kind))
+    missing = [name for name in fields if name in required and name not in value]
+    if missing:
+        return f"{where}.{missing[0]}".lstrip("."), "a value (the field is missing)", None
+    for name, item in value.items():
+        if name in fields and (found := mismatch(item, fields[name], f"{where}.{name}".lstrip("."))):
+            return found
+    return None
+
+
+def _shaped(value: Any, kind: Any) -> bool:
+    """Whether ``value`` is the container ``kind`` is (an object for a ``TypedDict`` or a table, a list for
+    a list): then a problem inside it is named where it is, not as the whole union's."""
+    origin = typing.get_origin(kind)
+    if origin is Annotated:
+        return _shaped(value, typing.get_args(kind)[0])
+    if origin is dict or typing.is_typeddict(kind):
+        return isinstance(value, dict)
+    return origin is list and isinstance(value, list)

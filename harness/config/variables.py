@@ -5,6 +5,15 @@ sets them, the pytest plugin reads them, and neither imports the other."""
 SWITCH = "HARNESS"
 # a previous run's configurations, by which the plugin orders the tests (``harness.pytest_plugin.order``)
 CONFIGURATIONS = "HARNESS_CONFIGURATIONS"
+# a previous run of the suite (report.json or run directory) as harness run's history; CI's test steps set
+# it to what the cache restored (harness.run.history)
+HISTORY = "HARNESS_HISTORY"
+# per-test timeouts from the history's recorded seconds (harness run --timeouts-from-history): a JSON object
+# node id -> seconds, which the plugin gives each test without a timeout of its own (pytest-timeout's marker)
+TEST_TIMEOUTS = "HARNESS_TEST_TIMEOUTS"
 # a test's value there instead of a fingerprint: it failed on a handed-on engine and passed on fresh ones
 # (the safety net's finding type too), so it starts on fresh engines
 SENSITIVE = "reuse-sensitive"
+# a test's value there instead of a fingerprint: it failed in that run, so a failure on a handed-on engine is
+# its own and the safety net does not run it again (no extra start)
+FAILED = "failed"

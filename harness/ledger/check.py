@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from harness.failures import CLASSES
+
 LATEST = 1e10  # seconds since the epoch: past the year 2286, no clock's
 LONGEST = 1e7  # seconds: a duration of months is not one a test or a runner took
 MOST_BYTES = 2**63  # a device's or a host's memory in bytes fits a signed 64-bit integer
@@ -70,6 +72,14 @@ def kind(value: Any) -> bool:
     return value in KINDS
 
 
+def failure_class(value: Any) -> bool:
+    return value in CLASSES
+
+
+def compile_state(value: Any) -> bool:
+    return value in (None, "warm", "cold")
+
+
 WHAT: dict[Check, str] = {
     time: "a time since the epoch",
     seconds: f"a duration of 0 to {LONGEST:g} s",
@@ -81,6 +91,8 @@ WHAT: dict[Check, str] = {
     byte_counts: "bytes by device",
     outcome: "an outcome (" + ", ".join(OUTCOMES) + ")",
     kind: "a runner kind (" + ", ".join(KINDS) + ")",
+    failure_class: "a failure class (" + ", ".join(CLASSES) + ")",
+    compile_state: "warm, cold or null",
     share: "a share of a device above 0, at most 1",
 }
 
@@ -105,6 +117,7 @@ FIELDS: dict[str, dict[str, tuple[Check, bool, bool]]] = {
         "startup_s": (seconds, *NULLABLE),
         "mem_after_start": (byte_counts, *NULLABLE),
         "held_after_start": (byte_counts, *NULLABLE),
+        "compile": (compile_state, *OPTIONAL),  # a vLLM start: its compile caches warm or cold (or null)
     },
     "runner-failed": {
         "id": (text, *REQUIRED),
@@ -129,6 +142,8 @@ FIELDS: dict[str, dict[str, tuple[Check, bool, bool]]] = {
         "worker": (text, *NULLABLE),
         "phase": (text, *NULLABLE),
         "device": (text, *NULLABLE),
+        "failure_class": (failure_class, *OPTIONAL),
+        "device_bytes": (count, *OPTIONAL),  # torch's peak on its devices, where its process had a context
     },
     "test-start": {"nodeid": (text, *REQUIRED), "worker": (text, *NULLABLE), "phase": (text, *NULLABLE)},
     "crash": {"test": (text, *REQUIRED), "how": (text, *REQUIRED), "worker": (text, *NULLABLE)},
@@ -176,6 +191,31 @@ FIELDS: dict[str, dict[str, tuple[Check, bool, bool]]] = {
         "model": (text, *NULLABLE),
         "test": (text, *NULLABLE),
         "reason": (text, *NULLABLE),
+    },
+    "rerun": {
+        "test": (text, *REQUIRED),
+        "attempt": (count, *REQUIRED),
+        "outcome": (outcome, *REQUIRED),
+        "when": (text, *NULLABLE),
+        "message": (text, *NULLABLE),
+        "longrepr": (text, *NULLABLE),
+        "first_outcome": (outcome, *REQUIRED),
+        "first_message": (text, *NULLABLE),
+        "first_longrepr": (text, *NULLABLE),
+        "failure_class": (failure_class, *NULLABLE),
+        "first_failure_class": (failure_class, *NULLABLE),
+        "why": (text, *REQUIRED),
+        "policy": (text, *REQUIRED),
+        "starts": (count, *REQUIRED),
+        "started_s": (seconds, *REQUIRED),
+        "reused": (count, *REQUIRED),
+        "reused_s": (seconds, *REQUIRED),
+        "result": (outcome, *REQUIRED),
+        "counts": (count, *REQUIRED),
+        "verdict": (text, *NULLABLE),
+        "file": (text, *NULLABLE),
+        "worker": (text, *NULLABLE),
+        "phase": (text, *NULLABLE),
     },
 }
 

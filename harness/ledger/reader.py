@@ -48,6 +48,7 @@ class Ledger:
     reuses: list[dict[str, Any]] = field(default_factory=list)  # ``runner-reused``: a warm engine handed on
     refusals: list[dict[str, Any]] = field(default_factory=list)  # ``reuse-refused``: not handed on, and why
     shards: list[dict[str, Any]] = field(default_factory=list)  # ``shard``: a --num-shards split's choice
+    reruns: list[dict[str, Any]] = field(default_factory=list)  # ``rerun``: a try of a test run again
 
 
 def events(path: Path, bad: list[Finding] | None = None) -> Iterator[dict[str, Any]]:
@@ -175,7 +176,7 @@ def crashed_test(start: dict, crash: dict | None, worker: dict | None) -> dict:
         "event": "test",
         "t": crash["t"] if crash else start["t"],
         "nodeid": start["nodeid"],
-        "file": start.get("file"),
+        "file": start.get("file") or start["nodeid"].partition("::")[0],
         "outcome": "error",
         "setup_s": None,
         "call_s": None,
@@ -231,7 +232,8 @@ def _session_fields(event: dict, worker: dict | None) -> None:
     """A test's fields that its session's ``worker`` event holds once (older ledgers wrote them each time):
     the worker, the phase, and the device, the first the process sees."""
     worker = worker or {}
-    event.setdefault("file", event["nodeid"].partition("::")[0])
+    if event.get("file") is None:  # a line may say null: a test's file is its node id's, always
+        event["file"] = event["nodeid"].partition("::")[0]
     event.setdefault("worker", worker.get("worker"))
     event.setdefault("phase", worker.get("phase"))
     devices = worker.get("devices")
@@ -287,6 +289,7 @@ _AS_IS = {
     "runner-reused": "reuses",
     "reuse-refused": "refusals",
     "shard": "shards",
+    "rerun": "reruns",
 }
 
 
@@ -349,6 +352,7 @@ _ENDS = {
         "startup_s": e.get("startup_s"),
         "mem_after_start": e.get("mem_after_start"),
         "held_after_start": e.get("held_after_start"),
+        **({"compile": e.get("compile")} if "compile" in e else {}),
     },
     "runner-failed": lambda e: {
         "startup_s": e.get("startup_s"),

@@ -6,7 +6,19 @@ events is ``harness.ledger.owner``)."""
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, Required, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
+
+from harness.config.validate import Bounds
+from harness.failures import FailureClass
+from harness.ledger.check import LATEST, LONGEST
+
+# The ranges a read-back file's numbers keep (harness.report.store checks them from these hints): a time
+# since the epoch, one test's or runner's seconds, a sum of seconds, a count or bytes (whole, not negative).
+Epoch = Annotated[float, Bounds(0, LATEST)]
+Seconds = Annotated[float, Bounds(0, LONGEST)]
+Total = Annotated[float, Bounds(0, 1e15)]  # a sum of seconds: any sum of them stays finite
+Count = Annotated[int, Bounds(0)]
+Bytes = dict[str, Count]  # by device UUID
 
 
 # What the reader makes of the ledger's events (docs/architecture.md, "Ledger events"); report.json carries
@@ -17,25 +29,28 @@ class Record(TypedDict):
     id: str
     kind: str  # "vllm" | "hf"
     model: str
-    fingerprint: str
-    config: dict[str, Any]
+    fingerprint: str | None  # None: a line that left it out (the reader fills every start field)
+    config: dict[str, Any] | None
     test: str | None
     file: str | None
     fixture: str | None
     scope: str | None
-    worker: str
+    worker: str | None
     phase: str | None
     devices: list[str]  # device UUIDs, ["cpu"] on the CPU
-    need_bytes: int | None
-    fraction: NotRequired[float | None]  # the share of each device it declared
-    mem_before: dict[str, int]
-    start: float
-    startup_s: float | None
-    stop: float | None
-    teardown_s: float | None
-    mem_after_start: dict[str, int] | None
-    held_after_start: dict[str, int] | None  # what the runner itself holds (torch reserved, engine processes)
-    mem_after_stop: dict[str, int] | None
+    need_bytes: Count | None
+    fraction: NotRequired[Annotated[float, Bounds(0, 1, above=True)] | None]  # its declared share of a device
+    mem_before: Bytes | None
+    start: Epoch
+    startup_s: Seconds | None
+    stop: Epoch | None
+    teardown_s: Seconds | None
+    mem_after_start: Bytes | None
+    held_after_start: NotRequired[
+        Bytes | None
+    ]  # what the runner itself holds (torch reserved, engine processes)
+    compile: NotRequired[Literal["warm", "cold"] | None]  # a vLLM start's compile caches (tracking.compile_cache)
+    mem_after_stop: Bytes | None
     outcome: str  # "started" | "failed" | "blocked" | "never-stopped"
     error: str | None
     holders: list[str]
@@ -46,11 +61,11 @@ class Finding(TypedDict, total=False):
 
     type: Required[str]  # live-runner-overlap, memory-not-released, never-stopped, timeout, crash, ...
     message: Required[str]
-    t: float
-    runner: str
+    t: Epoch  # absent from the reader's own bad-ledger-line findings
+    runner: str | None
     test: str | None
     phase: str | None
-    worker: str
+    worker: str | None
     tests: list[str]  # unaccounted: the collected tests without a result
 
 
@@ -58,34 +73,36 @@ class TestResult(TypedDict):
     """One test's ``test`` event, with the session's ``worker``, ``device`` and ``phase`` (its process's
     ``worker`` event holds them once) and ``file`` (the node id's) filled in by the reader."""
 
-    t: float
+    t: Epoch
     nodeid: str
     file: str
-    outcome: str  # "passed" | "failed" | "skipped" | "error"
-    setup_s: float | None
-    call_s: float | None
-    teardown_s: float | None
-    worker: str
+    outcome: Literal["passed", "failed", "skipped", "error"]
+    setup_s: NotRequired[Seconds | None]
+    call_s: NotRequired[Seconds | None]
+    teardown_s: NotRequired[Seconds | None]
+    worker: str | None
     device: str | None
     phase: str | None
     crash: NotRequired[str]  # how its process died under it: "worker gw0 killed by SIGKILL while running ..."
+    device_bytes: NotRequired[Count]  # torch's peak on its process's devices during it; absent: no context
+    failure_class: NotRequired[FailureClass]  # why a failed or errored test failed (harness.failures)
 
 
 class WorkerInfo(TypedDict):
     """A ``worker`` event: which devices a pytest process was given."""
 
-    t: float
+    t: Epoch
     worker: str
-    devices: list[str]
-    mask: str | None
-    pid: int
-    phase: str | None
-    timeout: NotRequired[float | None]  # pytest-timeout's, to tell its thread method's kill apart
+    devices: NotRequired[list[str]]
+    mask: NotRequired[str | None]
+    pid: NotRequired[Count | None]
+    phase: NotRequired[str | None]
+    timeout: NotRequired[Seconds | None]  # pytest-timeout's, to tell its thread method's kill apart
     timeout_method: NotRequired[str]
 
 
 class Sample(TypedDict):
     """A ``memory`` event of the background sampler."""
 
-    t: float
-    used: dict[str, int]
+    t: Epoch
+    used: Bytes

@@ -122,13 +122,17 @@ class LedgerWriter:
         call_s: float | None,
         teardown_s: float | None,
         following: str | None,
+        failure_class: str | None = None,
+        device_bytes: int | None = None,
     ) -> None:
         """The ``test`` event, which every test writes (unsynced): the same line ``write`` gives, formatted
         here, since the JSON encoder's set-up for each call was most of a trivial test's cost. Its time and
         the phases' durations (None for a phase that did not run) are kept to the millisecond: the shortest
         repr of the time alone cost a third of the line, and a phase under half a millisecond (most phases of
         most tests) is written as the ``0.000`` that formatting would give it, unformatted. The test a line
-        announces is mostly the next line's own: its JSON is kept for it.
+        announces is mostly the next line's own: its JSON is kept for it. A failed test carries its
+        failure class (``harness.failures``); a test whose process has a device context, the most bytes torch
+        held on its devices during it (``device_bytes``; absent without one: no device memory of its own).
         """
         known, quoted = self._announced
         clean = self._redactor.text  # a test id that carries a credential (a parameter) is written without it
@@ -139,9 +143,12 @@ class LedgerWriter:
         setup = "null" if setup_s is None else "0.000" if setup_s < 0.0005 else f"{setup_s:.3f}"
         call = "null" if call_s is None else "0.000" if call_s < 0.0005 else f"{call_s:.3f}"
         teardown = "null" if teardown_s is None else "0.000" if teardown_s < 0.0005 else f"{teardown_s:.3f}"
+        why = "" if failure_class is None else f'"failure_class": {_quoted(failure_class)}, '
+        if device_bytes is not None:
+            why += f'"device_bytes": {int(device_bytes)}, '
         line = (
             f'{{"event": "test", "t": {time.time():.3f}, "nodeid": {quoted}, "outcome": "{outcome}", '
-            f'"setup_s": {setup}, "call_s": {call}, "teardown_s": {teardown}, "next": {then}}}\n'
+            f'"setup_s": {setup}, "call_s": {call}, "teardown_s": {teardown}, {why}"next": {then}}}\n'
         )
         self._write(line.encode())  # unlocked: see ``_write``
 

@@ -38,3 +38,17 @@ def reserved(index: int) -> int:
     """Bytes torch holds on visible device ``index`` (live tensors and cache); 0 without a context."""
     backend = _backend()
     return backend.memory_reserved(index) if backend is not None else 0
+
+
+def peak_reserved() -> int | None:
+    """The most bytes torch held on this process's devices since the last call (or its start), and the peak
+    restarted from what it holds now; None where this process has no device context (never imported torch,
+    or a CPU-only one): it held no device memory of its own. Called once a test, at its end."""
+    backend = _backend()
+    if backend is None:
+        return None
+    peak = 0
+    for index in range(backend.device_count()):
+        peak += backend.max_memory_reserved(index)
+        backend.reset_peak_memory_stats(index)
+    return peak

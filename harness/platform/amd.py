@@ -28,6 +28,9 @@ class AmdPlatform(Platform):
     name = "rocm"
     mask_variable = "HIP_VISIBLE_DEVICES"
     torch_device = "cuda"
+    display_name = "ROCm"
+    waits_for_release = True
+    extensible_kv_cache = True
 
     def __init__(self, amdsmi: ModuleType, env: Mapping[str, str] = os.environ):
         self._amdsmi = amdsmi

@@ -44,6 +44,12 @@ class Platform(ABC):
     name: str  # "cuda" | "rocm" | "xpu" | "cpu"
     mask_variable: str | None  # the variable a worker sets to pin its device(s)
     torch_device: str  # the torch device its tensors go to ("cuda" on ROCm too: HIP answers as CUDA)
+    display_name: str = ""  # as messages name it ("ROCm")
+    gpu: bool = True  # a device apart from the host (False: the CPU platform)
+    # vLLM's conftest waits after each runner for its memory to be given back (``wait_for_memory_to_settle``)
+    waits_for_release: bool = False
+    # vLLM (0.34) sizes its KV cache from the memory it measures free by default: a start's share is 1.0
+    extensible_kv_cache: bool = False
 
     @abstractmethod
     def devices(self) -> list[Device]:

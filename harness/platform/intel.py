@@ -25,6 +25,8 @@ class XpuPlatform(Platform):
     name = "xpu"
     mask_variable = MASK
     torch_device = "xpu"
+    display_name = "XPU"
+    waits_for_release = True
 
     def __init__(self, torch: ModuleType, env: Mapping[str, str] = os.environ):
         self._xpu = torch.xpu

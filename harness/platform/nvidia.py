@@ -21,6 +21,8 @@ class NvidiaPlatform(Platform):
     name = "cuda"
     mask_variable = "CUDA_VISIBLE_DEVICES"
     torch_device = "cuda"
+    display_name = "CUDA"
+    extensible_kv_cache = True
 
     def __init__(self, nvml: ModuleType, env: Mapping[str, str] = os.environ):
         self._nvml = nvml

@@ -11,36 +11,94 @@ Without the variable and with reuse on (a first run: no history yet), the config
 before a test runs stands in: its own ``parametrize`` values (the arguments a naive test passes to
 ``vllm_runner(...)``), so within the same bounds tests of the same values run one after another.
 Otherwise the order is pytest's own.
+
+Failures first: a test the history marks ``failed`` runs before the rest, with its group (the tests of
+its configuration among its siblings) and its siblings, so a fixture of a wider scope still sets up once
+and no engine group is split; the first failing signal comes in seconds instead of at the end (PyTorch's
+ordering by previous failures: pytorch #101123). Every shard's session orders its own tests so.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import groupby
-from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
+from harness.config.variables import FAILED
+from harness.errors import HarnessError
 from harness.pytest_plugin import CONFIGURATIONS
+
+T = TypeVar("T")
 
 
 def load(path: str) -> dict[str, str]:
-    """``{node id: fingerprint}`` from the file ``harness run`` wrote; a bad file is a one-line error."""
+    """``{node id: fingerprint}`` from the file ``harness run`` wrote, through the one loader of read-back
+    files (``harness.report.store``); a bad file is a one-line usage error."""
+    from harness.report.store import configurations  # noqa: PLC0415 -- its schema loads only here
+
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise pytest.UsageError(f"{CONFIGURATIONS}={path}: cannot read it ({error})") from None
-    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise pytest.UsageError(f"{CONFIGURATIONS}={path}: expected a JSON object of node id -> fingerprint")
-    return data
+        return configurations(path)
+    except HarnessError as error:
+        raise pytest.UsageError(f"{CONFIGURATIONS}={path}: {error}") from None
 
 
 def by_configuration(items: list[pytest.Item], configuration: dict[str, str]) -> list[pytest.Item]:
-    """``items`` with each run of siblings gathered by configuration (first appearance first)."""
-    return _gathered(items, lambda item: configuration.get(item.nodeid))
+    """``items`` with each run of siblings gathered by configuration (first appearance first), the runs
+    and groups holding a test that failed in the history first (``arranged``)."""
+    return arranged(
+        items,
+        _context,
+        lambda item: _configuration(configuration.get(item.nodeid)),
+        lambda item: failed(configuration.get(item.nodeid)),
+    )
+
+
+def _configuration(value: str | None) -> str | None:
+    """A history's value without its ``failed`` mark: a test that failed still runs with its configuration
+    (one that started none has none: it is not gathered with other failed tests)."""
+    if value is None or value == FAILED:
+        return None
+    return value.removeprefix(f"{FAILED} ")
+
+
+def failed(value: str | None) -> bool:
+    """Whether a history's value marks a test that failed in that run."""
+    return value is not None and (value == FAILED or value.startswith(f"{FAILED} "))
+
+
+def arranged(
+    items: Sequence[T],
+    context: Callable[[T], Hashable],
+    key: Callable[[T], Hashable | None],
+    first: Callable[[T], bool],
+) -> list[T]:
+    """``items`` as runs of siblings (consecutive items of one ``context``), each gathered by ``key``
+    (first appearance first; None: a group of its own); the runs holding a ``first`` item before the rest
+    and, within them, the groups holding one before the others; otherwise the order given. Every item
+    exactly once, every group and every run of siblings whole (checked: a bug here is exit 4)."""
+    runs: list[list[T]] = []
+    for _, siblings in groupby(items, key=context):
+        groups: dict[object, list[T]] = {}
+        for index, item in enumerate(siblings):
+            found = key(item)
+            groups.setdefault(("alone", index) if found is None else ("key", found), []).append(item)
+        runs.append([item for group in _first(groups.values(), first) for item in group])
+    ordered = [item for run in _first(runs, first) for item in run]
+    if sorted(map(id, ordered)) != sorted(map(id, items)):
+        raise RuntimeError("the order lost or doubled a test")  # a bug of ours: exit 4
+    return ordered
+
+
+def _first(parts: Iterable[list[T]], first: Callable[[T], bool]) -> list[list[T]]:
+    """``parts`` holding a ``first`` item before the others, each side in the order given."""
+    parts = list(parts)
+    return [part for part in parts if any(map(first, part))] + [
+        part for part in parts if not any(map(first, part))
+    ]
 
 
 def by_parameters(items: list[pytest.Item]) -> list[pytest.Item]:
@@ -49,14 +107,7 @@ def by_parameters(items: list[pytest.Item]) -> list[pytest.Item]:
 
 
 def _gathered(items: list[pytest.Item], key: Callable[[pytest.Item], Hashable | None]) -> list[pytest.Item]:
-    ordered: list[pytest.Item] = []
-    for _, siblings in groupby(items, key=_context):
-        groups: dict[object, list[pytest.Item]] = {}
-        for item in siblings:
-            found = key(item)
-            groups.setdefault(item if found is None else found, []).append(item)
-        ordered += [item for group in groups.values() for item in group]
-    return ordered
+    return arranged(items, _context, key, lambda _: False)
 
 
 def _own_values(item: pytest.Item) -> tuple | None:
@@ -98,4 +149,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Registered by the entry point when ``HARNESS_CONFIGURATIONS`` names a file, and by the recorder when
     reuse is on; after pytest's own grouping of fixture parameters."""
     path = os.environ.get(CONFIGURATIONS)
-    items[:] = by_configuration(items, load(path)) if path else by_parameters(items)
+    if not path:
+        items[:] = by_parameters(items)
+        return
+    history = load(path)
+    items[:] = by_configuration(items, history)
+    again = sum(failed(history.get(item.nodeid)) for item in items)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if again and reporter is not None:
+        ahead = sum(len(run) for run in _runs(items, history))
+        reporter.write_line(
+            f"harness: failures first: {again} tests that failed last time, {ahead} with their siblings"
+        )
+
+
+def _runs(items: list[pytest.Item], history: dict[str, str]) -> list[list[pytest.Item]]:
+    """The runs of siblings holding a test that failed in the history (after ``by_configuration``, the
+    first ones)."""
+    runs = [list(run) for _, run in groupby(items, key=_context)]
+    return [run for run in runs if any(failed(history.get(item.nodeid)) for item in run)]

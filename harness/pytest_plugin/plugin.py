@@ -95,25 +95,81 @@ def asked(config: pytest.Config, env=os.environ) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    _rootdir_kept(early_config)
+    options = early_config.known_args_namespace
+    sharded = (
+        getattr(options, "num_shards", None) is not None or getattr(options, "shard_id", None) is not None
+    )
+    # harness run's one collection (--harness-phases) sees every test: the run splits what it collected
+    if sharded and not _pytest_shard() and not options.harness_phases:
+        from harness.pytest_plugin import shard
+
+        shard.requested(options)  # a half pair or an id out of range: one line before any conftest
+        early_config.pluginmanager.register(shard, shard.__name__)  # acting or not: never ignored
     if not asked(early_config):
         return  # a session that did not ask imports none of the modules below
-    from harness.pytest_plugin import fixtures, gpus, pinning, recorder, session, summary, timeouts
+    from harness.pytest_plugin import (
+        classes,
+        fixtures,
+        gpus,
+        pinning,
+        quarantine,
+        recorder,
+        retries,
+        session,
+        summary,
+        timeouts,
+    )
 
     # pinning last of those with a first-called configure: a worker's mask is set before anything builds
     # the session's context (pluggy calls the last registered first)
-    for module in (session, timeouts, gpus, pinning, recorder, fixtures, summary):
+    for module in (
+        session,
+        timeouts,
+        gpus,
+        quarantine,
+        classes,
+        pinning,
+        recorder,
+        retries,
+        fixtures,
+        summary,
+    ):
         early_config.pluginmanager.register(module, module.__name__)
-    if getattr(early_config.known_args_namespace, "num_shards", None) is not None:
-        from harness.pytest_plugin import shard
-
-        if _pytest_shard():  # its flags, its split: said once, in the header
-            early_config.pluginmanager.register(_Aside(), "harness-shard-aside")
-        else:
-            early_config.pluginmanager.register(shard, shard.__name__)
+    if sharded and _pytest_shard():  # its flags, its split: said once, in the header
+        early_config.pluginmanager.register(_Aside(), "harness-shard-aside")
     if os.environ.get(CONFIGURATIONS):  # harness run --durations-from: ordered by a previous run
         from harness.pytest_plugin import order
 
         early_config.pluginmanager.register(order, order.__name__)
+
+
+def _rootdir_kept(config: pytest.Config) -> None:
+    """``--harness-durations PATH`` (a separate argument): pytest chooses its rootdir before any plugin's
+    options are known, so it took PATH for a test path; where that moved the rootdir (a file outside the
+    project), the session is refused in one line instead of running from the wrong root."""
+    args = [str(arg) for arg in config.invocation_params.args]
+    if "--harness-durations" not in args[:-1]:
+        return
+    from _pytest.config.findpaths import determine_setup  # pytest's own rule, given the right arguments
+
+    options = config.known_args_namespace
+    try:
+        rootpath = determine_setup(
+            inifile=options.inifilename,
+            override_ini=options.override_ini,
+            args=list(options.file_or_dir),
+            rootdir_cmd_arg=options.rootdir or None,
+            invocation_dir=config.invocation_params.dir,
+        )[0]
+    except Exception:  # another pytest's signature: nothing to compare with
+        return
+    if rootpath != config.rootpath:
+        path = args[args.index("--harness-durations") + 1]
+        raise pytest.UsageError(
+            f"--harness-durations {path}: pytest took {path} for a test path and moved its rootdir to "
+            f"{config.rootpath} (from {rootpath}); write --harness-durations={path}"
+        )
 
 
 class _Aside:

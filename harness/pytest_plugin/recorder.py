@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness import ledger
-from harness.pytest_plugin import timeouts
+from harness.pytest_plugin import classes, timeouts
 from harness.pytest_plugin.controller import LEDGER_DIR, Controller
 from harness.pytest_plugin.pinning import worker_event
 from harness.pytest_plugin.session import is_controller, process_context, worker_id
@@ -55,6 +56,11 @@ def pytest_configure(config: pytest.Config) -> None:
     here = process_context(config)  # a broken [tool.harness] or device mask is a usage error
     config.stash[DIRECTORY] = _ledger_dir(config, here.settings)
     config.stash[STARTED] = time.time()
+    if here.settings.reuse or config.getoption("harness_reuse"):  # the controller shows their tries too
+        from harness.pytest_plugin import reruns
+
+        if not config.pluginmanager.is_registered(reruns):
+            config.pluginmanager.register(reruns, "harness-reruns")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(Controller(config.stash[DIRECTORY]), "harness-xdist")
     if not is_controller(config):
@@ -82,11 +88,14 @@ def _record(config: pytest.Config, here: Context) -> None:
     os.environ[CHILD] = here.owner.export(str(writer.directory))
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
     if here.settings.reuse or config.getoption("harness_reuse"):
+        from harness.pytest_plugin import reruns
         from harness.pytest_plugin.reuse import Reuse
         from harness.tracking import reuse  # only when asked: every session would pay its import
 
         here.pool = reuse.Pool(writer, here.settings.reuse_engines)
-        config.pluginmanager.register(Reuse(here.pool, writer), "harness-reuse")
+        plugin = Reuse(here.pool, writer)
+        config.pluginmanager.register(plugin, "harness-reuse")
+        reruns.add(config, plugin.net)  # the safety net: a test that failed on a handed-on engine
         from harness.pytest_plugin import order
 
         if not config.pluginmanager.is_registered(order):  # a first run: tests grouped by their parameters
@@ -203,6 +212,8 @@ class _Recorder:
             None if call is None else call.duration,
             teardown.duration,
             None if following is None else following[1],
+            classes.of(teardown),  # the teardown's report carries the class a failing phase was given
+            _device_bytes(),  # device memory of its own (report.gpu_free); None: no device context
         )
         self.announced = following
         self.owner.leave_test()
@@ -212,6 +223,16 @@ class _Recorder:
         # a test announced but never run (-x, an interrupt between tests) is not one the process died in
         not_started = None if self.announced is None else self.announced[1]
         self.writer.write("session-end", sync=False, not_started=not_started)
+
+
+def _device_bytes() -> int | None:
+    """The most bytes torch held on this process's devices during the test; None in a process that never
+    imported torch (the allocator module is not even loaded: most sessions never start a runner)."""
+    if "torch" not in sys.modules:
+        return None
+    from harness.platform.allocator import peak_reserved
+
+    return peak_reserved()
 
 
 def _timed_out(report: pytest.TestReport) -> bool:

@@ -2,10 +2,20 @@
 closes is not parked), the safety net, and the session's end (warm engines shut down, kept HF models
 dropped). Registered by the recorder only when reuse is asked for.
 
-The safety net: a test that fails after the pool handed it an engine is run again once, at once, on fresh
-engines. Only the try that counts is reported (one result in the terminal and in JUnit): the fresh one. If
-that passes, a ``reuse-sensitive`` finding names the test, and a run given this run's report as history
-(``--durations-from``) starts that test on fresh engines without trying a warm one first.
+The safety net (``Net``, a ``reruns.Policy``): a test that fails after the pool handed it an engine may
+have failed because of that engine, or for reasons of its own (order-dependent, failing on its first call
+in a process, flaky). Without reuse the second kind fails, so with reuse it must too. The net tells them
+apart by running the test again, each try in the open (``reruns``):
+
+1. ``replay``: once more on the very engines it failed on (``Pool.held``). Passes: the engine is not why
+   (the same engine serves it), so the failure is its own and the first try counts: **failed**.
+2. ``fresh``: fails again, then on fresh engines. Passes: the failure follows the handed-on engine and
+   leaves with it, so reuse caused it: **passed**, a ``reuse-sensitive`` finding (a run given this run's
+   report as history starts the test on fresh engines). Fails: its own failure: **failed**.
+
+A test the history (``HARNESS_CONFIGURATIONS``, a previous run's report) saw fail is not run again: its
+failure costs no start (an ``own-failure`` finding says so). Where the engines could not be held for a
+replay (the engine died; the pool gave them away), the second try is the fresh one.
 """
 
 from __future__ import annotations
@@ -14,32 +24,39 @@ import os
 from typing import TYPE_CHECKING
 
 import pytest
-from _pytest.runner import runtestprotocol
 
-from harness.config.variables import CONFIGURATIONS, SENSITIVE
-from harness.tracking.reuse import FRESH_MARKER
+from harness.config.variables import CONFIGURATIONS, FAILED, SENSITIVE
+from harness.pytest_plugin import reruns
+from harness.tracking.reuse import FRESH, FRESH_MARKER, LEAVE, REPLAY, TAKE
 
 if TYPE_CHECKING:
     from harness.ledger.writer import LedgerWriter
     from harness.tracking.reuse import Keeper, Pool
 
 RETRY = "the test failed on a handed-on engine: it runs again on fresh engines"
+REPLAYED = "the test failed on a handed-on engine: it runs again on that engine, to see whether it is why"
 REMEMBERED = "the test failed on a handed-on engine in the run given as history (reuse-sensitive)"
+OWN = "own-failure"  # the finding of a test whose failure the net found its own
 
 
 class Reuse:
     def __init__(self, pool: Pool, writer: LedgerWriter):
         self.pool, self.writer = pool, writer
-        self.retrying = False
-        self.sensitive = _sensitive()
+        self.history = _history()
+        self.sensitive = frozenset(t for t, v in self.history.items() if v == SENSITIVE)
+        self.failing = frozenset(t for t, v in self.history.items() if v.split(" ")[0] == FAILED)
+        self.net = Net(self)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """Before the test's fixtures: they may build runners too."""
+        mode = self.net.mode
         if item.get_closest_marker("fresh_engine") is not None:
-            self.pool.next_test(item.nodeid, FRESH_MARKER)
-        elif self.retrying or item.nodeid in self.sensitive:  # what it starts may stay warm after it
-            self.pool.next_test(item.nodeid, RETRY if self.retrying else REMEMBERED, leave=True)
+            self.pool.next_test(item.nodeid, FRESH_MARKER, FRESH)
+        elif mode == REPLAY:
+            self.pool.next_test(item.nodeid, None, REPLAY)
+        elif mode == LEAVE or item.nodeid in self.sensitive:  # what it starts may stay warm after it
+            self.pool.next_test(item.nodeid, RETRY if mode == LEAVE else REMEMBERED, LEAVE)
         else:
             self.pool.next_test(item.nodeid)
 
@@ -50,50 +67,111 @@ class Reuse:
             self.pool.test_failed(item.nodeid)
         return report
 
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool:
-        """pytest's own protocol, run once more on fresh engines when a handed-on engine may be why the
-        test failed; the reports of the try that counts are logged."""
-        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        reports = runtestprotocol(item, nextitem=nextitem, log=False)
-        if self.pool.handed and any(report.failed for report in reports):
-            first = next(report for report in reports if report.failed)
-            self.retrying = True
-            try:
-                reports = runtestprotocol(item, nextitem=nextitem, log=False)
-            finally:
-                self.retrying = False
-            if not any(report.failed for report in reports):
-                self._sensitive(item.nodeid, first)
-        for report in reports:
-            item.ihook.pytest_runtest_logreport(report=report)
-        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-        return True
-
-    def _sensitive(self, test: str, failure: pytest.TestReport) -> None:
-        crash = getattr(failure.longrepr, "reprcrash", None)
-        lines = failure.longreprtext.strip().splitlines()
-        last = crash.message.splitlines()[0] if crash is not None else lines[-1] if lines else failure.when
-        self.writer.write(
-            "finding",
-            type=SENSITIVE,
-            test=test,
-            message=f"{test} failed on a handed-on engine and passed on fresh ones ({last}): the next run "
-            "with this run's report as history gives it fresh engines",
-        )
+    def pytest_runtest_logfinish(self) -> None:
+        """The test's tries are over (``reruns``): the engines held for its replay go."""
+        self.net.mode = TAKE
+        self.pool.let_go()
 
     def pytest_sessionfinish(self) -> None:
         """Warm engines are shut down (and their stops recorded) while the ledger is still open."""
         self.pool.close()
 
 
-def _sensitive() -> frozenset[str]:
-    """Tests the history (``HARNESS_CONFIGURATIONS``) marks ``reuse-sensitive``."""
+class Net:
+    """The safety net as a ``reruns.Policy`` (see the module): which try comes next, and which counts."""
+
+    name = "reuse"
+
+    def __init__(self, reuse: Reuse) -> None:
+        self.reuse, self.mode = reuse, TAKE
+
+    def begin(self, item: pytest.Item, number: int, tries: list[reruns.Try]) -> str | None:
+        pool = self.reuse.pool
+        if number == 0:
+            self.mode = TAKE
+            return None
+        if number == 1:
+            if not pool.handed and not tries[0].reused:  # nothing handed on (an engine, an HF model)
+                return None
+            if item.nodeid in self.reuse.failing:
+                self._said(
+                    item.nodeid,
+                    tries[0],
+                    "it failed in the run given as history too, so it is not run "
+                    "again: its own failure, no extra start",
+                )
+                return None
+            if pool.held or tries[0].reused > pool.handed:  # what it failed on, still there (HF: kept)
+                self.mode = REPLAY
+                return REPLAYED
+            self.mode = LEAVE
+            return RETRY + " (the engine it failed on could not be kept for a replay)"
+        if self.mode == REPLAY:
+            self.mode = LEAVE
+            return RETRY + " (it failed on the same engine again)"
+        return None
+
+    def verdict(self, item: pytest.Item, tries: list[reruns.Try]) -> reruns.Verdict:
+        last = tries[-1]
+        replayed = len(tries) > 2
+        if not last.failed and len(tries) == 2 and self.mode == REPLAY:
+            why = (
+                "it failed on a handed-on engine, then passed on that same engine: the engine is not why, "
+                "so the failure is its own and its first try counts"
+            )
+            self._said(item.nodeid, tries[0], why)
+            return reruns.Verdict(0, why)
+        if not last.failed:
+            why = (
+                "it failed on a handed-on engine"
+                + (" twice" if replayed else "")
+                + " and passed on fresh engines: reuse caused the failure"
+            )
+            self._sensitive(item.nodeid, tries[0])
+            return reruns.Verdict(len(tries) - 1, why)
+        why = "it failed on fresh engines too: its own failure, and its first try counts"
+        self._said(item.nodeid, tries[0], why)
+        return reruns.Verdict(0, why)
+
+    def _said(self, test: str, first: reruns.Try, why: str) -> None:
+        self.reuse.writer.write(
+            "finding", type=OWN, test=test, message=f"{test} failed ({_last_line(first)}); {why}"
+        )
+
+    def _sensitive(self, test: str, first: reruns.Try) -> None:
+        self.reuse.writer.write(
+            "finding",
+            type=SENSITIVE,
+            test=test,
+            message=f"{test} failed on a handed-on engine and passed on fresh ones ({_last_line(first)}): "
+            "the next run with this run's report as history gives it fresh engines",
+        )
+
+
+def _last_line(attempt: reruns.Try) -> str:
+    failure = attempt.failure()
+    if failure is None:
+        return "passed"
+    crash = getattr(failure.longrepr, "reprcrash", None)
+    lines = failure.longreprtext.strip().splitlines()
+    return (
+        crash.message.splitlines()[0]
+        if crash is not None and crash.message
+        else lines[-1]
+        if lines
+        else failure.when
+    )
+
+
+def _history() -> dict[str, str]:
+    """What the history (``HARNESS_CONFIGURATIONS``) says of each test: its configuration, or that it is
+    ``reuse-sensitive`` or that it failed (``failed``)."""
     path = os.environ.get(CONFIGURATIONS)
     if not path:
-        return frozenset()
+        return {}
     from harness.pytest_plugin import order
 
-    return frozenset(test for test, value in order.load(path).items() if value == SENSITIVE)
+    return order.load(path)
 
 
 class Closing:

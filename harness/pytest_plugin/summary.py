@@ -25,7 +25,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     since = config.stash[STARTED]
     merged = ledger.read(config.stash[DIRECTORY])
     records = [r for r in merged.records if r["start"] >= since]
-    findings = [f for f in merged.findings if f["t"] >= since]
+    # a finding the reader made of a bad line has no time of its own: shown, as this session read it
+    findings = [f for f in merged.findings if f.get("t", since) >= since]
     if not records and not findings:
         return  # a session that started no runner has nothing to account for
     started = ledger.started(records)
@@ -35,15 +36,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     failed = sum(r["outcome"] == "failed" for r in records)
     kept = "temporary, removed at exit" if config.stash[TEMPORARY] else config.stash[DIRECTORY]
     reuses = [r for r in merged.reuses if r["t"] >= since]
-    avoided = (
-        f", {len(reuses)} avoided by reuse ({sum(r.get('saved_s') or 0 for r in reuses):.1f} s saved)"
-        if reuses
-        else ""
-    )
+    reruns = [r for r in merged.reruns if r["t"] >= since]
+    avoided = _avoided(reuses, reruns) if reuses or reruns else ""
     write(
         f"{len(started)} runner starts ({_by_kind(started)}), {blocked} blocked, {failed} failed{avoided}; "
         f"ledger: {kept}"
     )
+    if reruns:
+        tests = {r["test"]: r["result"] for r in reruns}
+        passed = sum(result == "passed" for result in tests.values())
+        write(
+            f"  retried {len(reruns)}x ({len(tests)} tests): {passed} passed only through a retry, "
+            f"{len(tests) - passed} failed anyway; the retries started {sum(r['starts'] for r in reruns)}"
+        )
     refusals = [r for r in merged.refusals if r["t"] >= since]
     if refusals:
         reasons = ", ".join(f"{count} {reason}" for reason, count in ledger.refused_because(refusals))
@@ -61,6 +66,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         terminalreporter.write_sep("-", f"harness: {len(findings)} findings")
         for finding in findings:
             write(f"  {finding['type']}: {finding['message']}")
+
+
+def _avoided(reuses: list[dict], reruns: list[dict]) -> str:
+    """Starts avoided by reuse and their seconds, net of the retries: a retry's starts are spent, and what
+    it was handed avoided nothing a run without reuse (and so without the retry) starts."""
+    spent = sum(r["starts"] + r["reused"] for r in reruns)
+    seconds = sum(r.get("saved_s") or 0 for r in reuses) - sum(r["started_s"] + r["reused_s"] for r in reruns)
+    net = f", net of {len(reruns)} retries" if reruns else ""
+    return f", {len(reuses) - spent} avoided by reuse ({seconds:.1f} s saved{net})"
 
 
 def _by_kind(records: list[Record]) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -13,7 +12,7 @@ from harness.errors import HarnessError, ReportError
 from harness.ledger.reader import Ledger, started
 from harness.ledger.reader import read as read_ledger
 from harness.platform import detect
-from harness.report import advisor
+from harness.report import advisor, gpu_free
 from harness.report.environment import environment, versions
 from harness.report.schema import (
     VERSION,
@@ -24,12 +23,13 @@ from harness.report.schema import (
     PhasesFile,
     Record,
     Report,
+    Rerun,
     Starts,
     Tally,
     TestResult,
     WorkerInfo,
 )
-from harness.report.store import json_object
+from harness.report.store import load_phases, recorded
 
 
 def build(run_dir: Path, env: Mapping[str, str]) -> Report:
@@ -38,7 +38,7 @@ def build(run_dir: Path, env: Mapping[str, str]) -> Report:
     names = _phase_names(run_dir, meta)
     ledger, collected = _ledgers(run_dir / "ledger", names)
     phases = _phases(meta, names, ledger.tests, collected)
-    return {
+    report: Report = {
         "version": VERSION,
         "generated": time.time(),
         "suite": meta.get("suite"),
@@ -54,18 +54,24 @@ def build(run_dir: Path, env: Mapping[str, str]) -> Report:
         "findings": ledger.findings
         + _timeouts(meta)
         + _unaccounted(phases, collected, ledger.tests)
-        + _run_twice(ledger.tests),
+        + _run_twice(ledger.tests)
+        + near_timeout(ledger.tests, ledger.workers, _own_timeouts(run_dir)),
         "workers": ledger.workers,
         "samples": sorted(ledger.samples, key=lambda sample: sample["t"]),
         "reuses": ledger.reuses,
         "reuse_refusals": ledger.refusals,
+        "reruns": cast("list[Rerun]", ledger.reruns),
         "splits": _splits(
             [split, *ledger.shards] if (split := meta.get("split")) else ledger.shards, ledger.tests
         ),
-        "starts": starts(ledger.records, ledger.reuses),
+        "starts": starts(ledger.records, ledger.reuses, ledger.reruns),
         "files": files(ledger.tests),
         "advice": advisor.advise(ledger.records),
+        "gpu_free": gpu_free.section(meta.get("platform"), ledger.tests, ledger.records, ledger.workers),
     }
+    if meta.get("history") is not None:  # harness run --history: its source and failures, or why none
+        report["history"] = meta.get("history")
+    return report
 
 
 def _splits(shards: list[dict], tests: list[TestResult]) -> list[dict]:
@@ -95,27 +101,7 @@ def _phases_file(run_dir: Path) -> PhasesFile:
     path = run_dir / "phases.json"
     if not path.exists():
         return {"phases": []}
-    data = json_object(path, "phases file")
-    if not isinstance(data.get("phases"), list):
-        raise ReportError(f"{path}: field 'phases' is missing or not a list")
-    for phase in data["phases"]:
-        if not isinstance(phase, dict) or not all(_typed(phase.get(k), t) for k, t in PHASE_FIELDS.items()):
-            raise ReportError(f"{path}: a phase entry is not one harness run writes: {str(phase)[:200]}")
-    return cast(PhasesFile, data)
-
-
-# phases.json fields the report reads, and their types (None: may be missing or null)
-PHASE_FIELDS = {"name": str, "started": float, "wall_s": float, "exit_code": int, "timed_out": bool}
-
-
-def _typed(value, kind) -> bool:
-    if kind is str:
-        return isinstance(value, str) and bool(value)
-    if value is None:
-        return True
-    if kind is float:
-        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    return type(value) is kind
+    return load_phases(path)
 
 
 def _phase_names(run_dir: Path, meta: PhasesFile) -> list[str]:
@@ -139,7 +125,15 @@ def _ledgers(ledger_root: Path, names: list[str]) -> tuple[Ledger, dict[str, dic
         ledger = read_ledger(ledger_root / name)
         collected[name] = ledger.collected
         stamped = cast(
-            list[dict], [*ledger.records, *ledger.tests, *ledger.workers, *ledger.findings, *ledger.reuses]
+            list[dict],
+            [
+                *ledger.records,
+                *ledger.tests,
+                *ledger.workers,
+                *ledger.findings,
+                *ledger.reuses,
+                *ledger.shards,
+            ],
         )
         for item in stamped:
             if item.get("phase") is None:
@@ -151,6 +145,8 @@ def _ledgers(ledger_root: Path, names: list[str]) -> tuple[Ledger, dict[str, dic
         merged.samples += ledger.samples
         merged.reuses += ledger.reuses
         merged.refusals += ledger.refusals
+        merged.reruns += ledger.reruns
+        merged.shards += ledger.shards  # a pytest --num-shards split's record: what merge proves
     return merged, collected
 
 
@@ -167,6 +163,43 @@ def _timeouts(meta: PhasesFile) -> list[Finding]:
         for phase in meta["phases"]
         if phase.get("timed_out")
     ]
+
+
+NEARS = 0.8  # a test that took more than this share of its per-test timeout is one slow machine from it
+
+
+def _own_timeouts(run_dir: Path) -> dict[str, float]:
+    """The per-test timeouts ``harness run --timeouts-from-history`` gave (``test-timeouts.json``)."""
+    path = run_dir / "test-timeouts.json"
+    return recorded(path)[0] if path.is_file() else {}
+
+
+def near_timeout(
+    tests: list[TestResult], workers: list[WorkerInfo], own: Mapping[str, float] | None = None
+) -> list[Finding]:
+    """A finding for each test whose seconds (setup, call and teardown: what pytest-timeout times) passed
+    ``NEARS`` of the per-test timeout it had: its own from the history (``own``), else its process's (the
+    ``worker`` event's)."""
+    limits: dict[tuple[str | None, str | None], float | None] = {
+        (w["worker"], w.get("phase")): w.get("timeout") for w in workers
+    }
+    found: list[Finding] = []
+    for test in tests:
+        limit = (own or {}).get(test["nodeid"]) or limits.get((test["worker"], test["phase"]))
+        took = (test.get("setup_s") or 0.0) + (test.get("call_s") or 0.0) + (test.get("teardown_s") or 0.0)
+        if limit and took > NEARS * limit and test["outcome"] != "skipped":
+            found.append(
+                {
+                    "type": "near-timeout",
+                    "t": test["t"],
+                    "test": test["nodeid"],
+                    "phase": test.get("phase"),
+                    "worker": test.get("worker"),
+                    "message": f"{test['nodeid']} took {took:.0f} s, {took / limit:.0%} of its {limit:.0f} s "
+                    "timeout: a slower machine would time it out",
+                }
+            )
+    return found
 
 
 def _run_twice(tests: list[TestResult]) -> list[Finding]:
@@ -232,38 +265,50 @@ def _unaccounted(
     return findings
 
 
-def starts(records: Iterable[Record], reuses: Iterable[dict] = ()) -> Starts:
+def starts(records: Iterable[Record], reuses: Iterable[dict] = (), reruns: Iterable[dict] = ()) -> Starts:
     """Runner starts counted and timed by kind, by phase and by file: what the reuse work is judged by.
 
     ``reused`` counts starts the reuse pool avoided (a warm engine handed on) and ``saved_s`` the seconds
-    those engines' own starts took.
+    those engines' own starts took, both net of the retries (``reruns``): a retry's starts are spent, and
+    what it was handed avoided no start a run without reuse makes (it has no retry). ``retries`` and
+    ``retry_starts`` count them (not by kind: a retry is a test's).
     """
-    records, reuses = list(records), list(reuses)
+    records, reuses, reruns = list(records), list(reuses), list(reruns)
 
     def grouped(key: str) -> dict[str, Tally]:
         keys: list[Any] = sorted({r.get(key) for r in [*records, *reuses]}, key=str)  # None: not known
         return {
-            k: _tally([r for r in records if r.get(key) == k], [r for r in reuses if r.get(key) == k])
+            k: _tally(
+                [r for r in records if r.get(key) == k],
+                [r for r in reuses if r.get(key) == k],
+                [r for r in reruns if r.get(key) == k] if key != "kind" else [],
+            )
             for k in keys
         }
 
     return {
-        "total": _tally(records, reuses),
+        "total": _tally(records, reuses, reruns),
         "by_kind": grouped("kind"),
         "by_phase": grouped("phase"),
         "by_file": grouped("file"),
     }
 
 
-def _tally(group: list[Record], reused: list[dict]) -> Tally:
-    return {
+def _tally(group: list[Record], reused: list[dict], reruns: list[dict] = ()) -> Tally:  # type: ignore[assignment]
+    spent = sum(r.get("starts", 0) + r.get("reused", 0) for r in reruns)
+    spent_s = sum(r.get("started_s", 0.0) + r.get("reused_s", 0.0) for r in reruns)
+    tally: Tally = {
         "starts": len(started(group)),
         "failed": len(group) - len(started(group)),
         "startup_s": round(sum(r.get("startup_s") or 0.0 for r in group), 3),
         "by_kind": dict(Counter(r["kind"] for r in started(group))),
-        "reused": len(reused),
-        "saved_s": round(sum(r.get("saved_s") or 0.0 for r in reused), 3),
+        "reused": len(reused) - spent,
+        "saved_s": round(sum(r.get("saved_s") or 0.0 for r in reused) - spent_s, 3),
     }
+    if reruns:
+        tally["retries"] = len(reruns)
+        tally["retry_starts"] = sum(r.get("starts", 0) for r in reruns)
+    return tally
 
 
 def files(tests: Iterable[TestResult]) -> dict[str, FileTally]:

@@ -10,16 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
-import stat
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+from decimal import Decimal
 
 from harness.errors import HarnessError
 from harness.report.schema import Report, Tally
 from harness.report.store import load
+from harness.report.summary import text
 
 METRICS = {
     "vllm_starts": "vLLM starts",
@@ -31,6 +30,7 @@ METRICS = {
     "failed": "failed",
 }
 SECONDS = ("saved_s", "wall_s")
+MOST_PERCENT = 1e9  # a wall gate past this is a typo (and 1e400 no float holds)
 FAILED = ("failed", "error")
 MINUS = "\u2212"
 
@@ -47,14 +47,21 @@ class Gate:
         if spec.strip() == "starts":
             return cls("starts")
         match = re.fullmatch(r"\s*wall(?::\s*([0-9]+(?:\.[0-9]+)?)\s*%)?\s*", spec, re.ASCII)
-        if not match:
-            raise HarnessError(f"--fail-on-regression {spec!r}: expected 'starts', 'wall' or 'wall:N%'")
+        if not match or not float(match[1] or 0.0) <= MOST_PERCENT:
+            raise HarnessError(
+                f"--fail-on-regression {spec[:80]!r}: expected 'starts', 'wall' or 'wall:N%' "
+                f"(N from 0 to {MOST_PERCENT:.0f})"
+            )
         return cls("wall", float(match[1] or 0.0))
 
     @property
     def spec(self) -> str:
-        """The rule as ``--fail-on-regression`` takes it, in one spelling (generated CI files carry it)."""
-        return self.metric if self.metric == "starts" else f"wall:{self.percent:g}%"
+        """The rule as ``--fail-on-regression`` takes it, in one spelling that ``parse`` reads back to the
+        same gate (generated CI files carry it): never an exponent (``1e+06``)."""
+        if self.metric == "starts":
+            return "starts"
+        digits = format(Decimal(repr(self.percent)), "f")
+        return f"wall:{digits.rstrip('0').rstrip('.') if '.' in digits else digits}%"
 
     def regression(self, result: dict) -> str | None:
         """A one-line reason when AFTER is worse than BEFORE by this rule, else None; a rise in starts
@@ -80,6 +87,8 @@ class Gate:
 def main(args: argparse.Namespace) -> int:
     gates = [Gate.parse(spec) for spec in args.fail_on_regression]
     before, after = load_checked(args.before), load_checked(args.after)
+    if gates and itself(before, after):
+        raise HarnessError(f"{args.before} and {args.after} are one build's report: a gate needs two builds")
     result = compare(before, after)
     print(render(result, args.format), end="")
     reasons = [reason for gate in gates if (reason := gate.regression(result))]
@@ -88,31 +97,21 @@ def main(args: argparse.Namespace) -> int:
     return 1 if reasons else 0
 
 
+def itself(before: Report, after: Report) -> bool:
+    """Whether ``before`` is ``after``'s own build: one commit, one run (the same start) and the same report
+    (written at the same time: a merge keeps its first shard's), which two runs never share."""
+    then, now = before.get("versions", {}), after.get("versions", {})
+    return (
+        before.get("started") is not None
+        and (before.get("started"), before.get("generated")) == (after.get("started"), after.get("generated"))
+        and then.get("git_commit") == now.get("git_commit")
+    )
+
+
 def load_checked(given: str) -> Report:
-    """A report as ``load`` reads it, refused unless it is a regular file (a FIFO would block the read)
-    and of the shape ``compare`` reads: a wrong shape is bad input (2), not a regression (1)."""
-    path = Path(given)
-    target = path / "report.json" if path.is_dir() else path
-    try:
-        mode = os.stat(target).st_mode
-    except OSError:
-        mode = stat.S_IFREG  # missing or unreadable: load names the problem
-    if not stat.S_ISREG(mode):
-        raise HarnessError(f"{target}: not a regular file (a report is a report.json or its run directory)")
-    report = load(path)
-    try:
-        figures = [_suite(report), *_phases(report).values(), *_files(report).values()]
-    except (KeyError, TypeError, AttributeError, ValueError) as error:
-        problem = f"{type(error).__name__}: {error}"
-        raise HarnessError(f"{target}: not of a harness report's shape ({problem})") from None
-    for metric, value in ((m, v) for figure in figures for m, v in figure.items()):
-        if value is not None and not _finite(value):
-            raise HarnessError(f"{target}: report figure {metric} is {value!r}, not a number")
-    return report
-
-
-def _finite(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A report through the one loader (``store.load``): a FIFO, a wrong shape, a negative count or a
+    figure that is not a number is bad input (2), never a regression (1) nor a crash."""
+    return load(given)
 
 
 def compare(before: Report, after: Report) -> dict:
@@ -147,7 +146,7 @@ def render(result: dict, fmt: str) -> str:
             )
     if fmt == "md":
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        lines += ["| " + " | ".join(text(cell) for cell in row) + " |" for row in rows]
         return "\n".join(lines) + "\n"
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     return "".join(
@@ -196,7 +195,7 @@ def _suite(report: Report) -> dict:
         **_kinds(report["starts"].get("total")),
         "wall_s": round(sum(walls), 3) if walls and len(walls) == len(report["phases"]) else None,
         "passed": outcomes.count("passed"),
-        "failed": sum(outcomes.count(o) for o in FAILED),
+        "failed": len([o for o in outcomes if o in FAILED]),
     }
 
 
@@ -215,7 +214,7 @@ def _phases(report: Report) -> dict[str, dict]:
 def _files(report: Report) -> dict[str, dict]:
     by_file, files = report["starts"].get("by_file", {}), report["files"]
     figures = {}
-    for name in sorted(set(by_file) | set(files)):
+    for name in sorted(set(by_file) | set(files), key=str):  # a report built in memory keys None: no file
         file = files.get(name)
         figures[name] = {
             **_kinds(by_file.get(name)),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
 
-from harness.report.schema import Record, TestResult
+from harness.report.schema import Record, Rerun, TestResult
 
 START_PROPERTY = "harness.runner-start"
 
@@ -23,14 +23,21 @@ def merge(
     records: Iterable[Record],
     tests: Iterable[TestResult] = (),
     redact: Callable[[str], str] = str,
+    reruns: Iterable[Rerun] = (),
 ) -> str:
     """The merged JUnit XML text of every ``<phase>.xml`` (and a resumed phase's ``<phase>+N.xml``) in
-    ``junit_dir``; a test pytest could not write (its process died) is added from the ledger. Every text
-    and attribute goes through ``redact``: pytest's failure texts may carry a credential."""
+    ``junit_dir``; a test pytest could not write (its process died) is added from the ledger; a test run
+    again carries its tries that do not count (``reruns``) as surefire's ``flakyFailure`` (it passed in
+    the end) or ``rerunFailure`` (it did not), the shape Buildkite Test Analytics and GitHub's test
+    reporters read. Every text and attribute goes through ``redact``: pytest's failure texts may carry a
+    credential."""
     by_case: dict[tuple[str | None, str, str], list[Record]] = {}
     for record in records:
         if test := record.get("test"):
             by_case.setdefault((record["phase"], *case_key(test)), []).append(record)
+    tries: dict[tuple[str | None, str, str], list[Rerun]] = {}
+    for rerun in reruns:
+        tries.setdefault((rerun.get("phase"), *case_key(rerun["test"])), []).append(rerun)
 
     root = ET.Element("testsuites", name="harness")
     for path in sorted(Path(junit_dir).glob("*.xml")) if Path(junit_dir).is_dir() else []:
@@ -41,6 +48,8 @@ def merge(
                 key = (phase, case.get("classname", ""), case.get("name", ""))
                 if key in by_case:
                     _add_properties(case, by_case[key])
+                if key in tries:
+                    _add_reruns(case, tries[key])
             root.append(suite)
     _add_missing(root, list(tests))
     _clean(root, redact)
@@ -142,3 +151,32 @@ def _add_properties(case: ET.Element, records: list[Record]) -> None:
         case.insert(0, properties)
     for record in records:
         ET.SubElement(properties, "property", name=START_PROPERTY, value=describe(record))
+
+
+def _add_reruns(case: ET.Element, reruns: list[Rerun]) -> None:
+    """Each failed try of ``case`` that is not its result, in surefire's shape: ``flakyFailure`` (or
+    ``flakyError``) when the test passed in the end, else ``rerunFailure`` (``rerunError``); the first
+    try's from any record (``first_*``), a later one's from its own. A property says why each try ran."""
+    counts = reruns[0]["counts"]
+    passed = reruns[0]["result"] == "passed"
+    first = reruns[0]
+    failed = [(1, first["first_outcome"], first["first_message"], first["first_longrepr"])]
+    failed += [(r["attempt"], r["outcome"], r["message"], r["longrepr"]) for r in reruns]
+    for attempt, outcome, message, text in failed:
+        if attempt == counts or outcome not in ("failed", "error"):
+            continue
+        kind = ("flaky" if passed else "rerun") + ("Failure" if outcome == "failed" else "Error")
+        element = ET.SubElement(case, kind, message=message or outcome, type=outcome)
+        ET.SubElement(element, "stackTrace").text = text or message or outcome
+    properties = case.find("properties")
+    if properties is None:
+        properties = ET.Element("properties")
+        case.insert(0, properties)
+    for rerun in reruns:
+        ET.SubElement(
+            properties,
+            "property",
+            name="harness.rerun",
+            value=f"try {rerun['attempt']} ({rerun['policy']}): {rerun['why']}; {rerun['outcome']}"
+            + (f"; {rerun['verdict']}" if rerun.get("verdict") else ""),
+        )

@@ -2,22 +2,41 @@
 
 The records, findings, tests, workers and samples are the ledger's shapes (``harness.ledger.records``),
 carried into the report as they are; they are re-exported here so the report's readers import one module.
-``REQUIRED`` is what ``store.load`` checks at run time, where JSON from disk becomes a ``Report``.
+Every file the harness reads back is checked against these types once, at load (``harness.report.store``,
+through ``harness.config.validate.mismatch``): fields, types, and the ranges their ``Annotated`` bounds
+give (a count or a byte total is whole and not negative, a time is since the epoch, seconds are finite and
+not negative), so nothing past the loader meets a value of another kind.
 """
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, Required, TypedDict
+from typing import Any, Literal, NotRequired, Required, TypedDict
 
-from harness.ledger.records import Finding, Record, Sample, TestResult, WorkerInfo
+from harness.config.validate import Text
+from harness.failures import FailureClass
+from harness.ledger.records import (
+    Count,
+    Epoch,
+    Finding,
+    Record,
+    Sample,
+    Seconds,
+    TestResult,
+    Total,
+    WorkerInfo,
+)
 
 __all__ = [
     "VERSION",
-    "REQUIRED",
+    "ABSENT",
+    "Configurations",
+    "Durations",
     "Advice",
     "Blocked",
     "Device",
     "FileTally",
+    "GpuFree",
+    "GpuFreeTests",
     "Finding",
     "Phase",
     "PhasesFile",
@@ -31,33 +50,40 @@ __all__ = [
     "WorkerInfo",
 ]
 
-VERSION = 1
+VERSION: Literal[1] = 1
 
-# Fields ``load`` insists on; ``compare`` and ``shards`` read nothing else without a default.
-REQUIRED: dict[str, type | tuple[type, ...]] = {
-    "suite": (str, type(None)),
-    "phases": list,
-    "tests": list,
-    "records": list,
-    "starts": dict,
-    "files": dict,
+# Fields of ``Report`` that version 1's first reports (and hand-made ones) may lack: ``load`` fills them
+# with these, so a reader meets every field ``Report`` declares.
+ABSENT: dict[str, Any] = {
+    "shard": None,
+    "started": None,
+    "devices": [],
+    "versions": {},
+    "environment": {},
+    "findings": [],
+    "workers": [],
+    "samples": [],
 }
+
+Durations = dict[str, Seconds]  # pytest-split's .test_durations: node id -> seconds
+Configurations = dict[str, str]  # HARNESS_CONFIGURATIONS: node id -> fingerprint, reuse-sensitive or failed
 
 
 class Phase(TypedDict, total=False):
     """One phase as ``harness run`` wrote it to ``phases.json``, with its test outcomes in the report."""
 
-    name: Required[str]
-    started: float | None
-    wall_s: float | None
+    name: Required[Text]
+    started: Epoch | None
+    wall_s: Seconds | None
     exit_code: int | None
     args: list[str]
     timed_out: bool
     stopped: str | None  # the signal that stopped harness run (SIGTERM...), else null
-    attempts: int  # pytest runs of the phase: more than 1 when resumed after a crash
-    outcomes: dict[str, int]  # the report's addition: outcome -> count
-    collected: int  # the report's addition: tests pytest collected, and those with a result
-    reported: int
+    attempts: Count  # pytest runs of the phase: more than 1 when resumed after a crash
+    selected: Count | None  # the tests it was given after the run's one collection
+    outcomes: dict[str, Count]  # the report's addition: outcome -> count
+    collected: Count  # the report's addition: tests pytest collected, and those with a result
+    reported: Count
 
 
 class PhasesFile(TypedDict, total=False):
@@ -67,9 +93,10 @@ class PhasesFile(TypedDict, total=False):
     platform: str | None
     platform_reason: str | None
     shard: str | None
-    started: float | None
+    started: Epoch | None
     baseline: str | None  # --baseline: the base branch's report the summary compares with
     split: dict | None  # --shard: the split's index, count, predicted seconds and source
+    history: dict[str, Any] | None  # --history: its source and the tests that failed there, or why none
     phases: Required[list[Phase]]
 
 
@@ -81,22 +108,59 @@ class PlatformInfo(TypedDict):
 class Device(TypedDict):
     """A device the run used; name and total are null when ``harness report`` runs on another machine."""
 
-    index: int | None
+    index: Count | None
     name: str | None
     uuid: str
-    total_bytes: int | None
+    total_bytes: Count | None
 
 
 class Tally(TypedDict):
     """Runner starts of a group: started, failed (blocked included), start-up seconds, starts by kind, and
     the starts the reuse pool avoided with the seconds they took (absent in reports made before reuse)."""
 
-    starts: int
-    failed: int
-    startup_s: float
-    by_kind: dict[str, int]
+    starts: Count
+    failed: Count
+    startup_s: Total
+    by_kind: dict[str, Count]
+    # net of retries (below zero where the retries cost more than reuse saved): hand-ons less the starts and
+    # hand-ons of the tries run again, and those seconds
     reused: NotRequired[int]
     saved_s: NotRequired[float]
+    retries: NotRequired[Count]  # tries of a test run again (``reruns``)
+    retry_starts: NotRequired[Count]  # the runner starts those tries made
+
+
+class Rerun(TypedDict):
+    """A try of a test after its first (the ledger's ``rerun`` event; one mechanism and one record for every
+    retry, whatever its ``policy``): its number (2 the first retry), outcome, phase and failure text; why
+    it ran; the runner starts it made and the hand-ons it took, with their seconds; the first try's
+    failure (what a run without the retry reports); the test's final ``result``, the try that ``counts``
+    and the policy's ``verdict``."""
+
+    t: float
+    test: str
+    attempt: Count
+    outcome: str
+    when: str | None
+    message: str | None
+    longrepr: str | None
+    first_outcome: str
+    first_message: str | None
+    first_longrepr: str | None
+    failure_class: FailureClass | None  # each failed try's class (pytest_plugin.classes), where it ran
+    first_failure_class: FailureClass | None
+    why: str
+    policy: str
+    starts: Count
+    started_s: Total
+    reused: Count
+    reused_s: Total
+    result: str
+    counts: Count
+    verdict: str | None
+    file: str | None
+    worker: str | None
+    phase: str | None
 
 
 class Starts(TypedDict):
@@ -109,9 +173,9 @@ class Starts(TypedDict):
 class FileTally(TypedDict):
     """One test file: its tests, their outcomes, and wall seconds (setup, call and teardown)."""
 
-    tests: int
-    outcomes: dict[str, int]
-    wall_s: float
+    tests: Count
+    outcomes: dict[str, Count]
+    wall_s: Total
 
 
 class Blocked(TypedDict):
@@ -126,30 +190,46 @@ Advice = TypedDict(
     {
         "kind": str,
         "model": str,
-        "fingerprint": str,
+        "fingerprint": "str | None",
         "phase": "str | None",
-        "worker": str,
+        "worker": "str | None",
         "file": "str | None",
-        "starts": int,
+        "starts": Count,
         "runners": list[str],
         "tests": "list[str | None]",
         "scope": str,  # "class" | "module"
         "class": "str | None",
-        "seconds_saved": float,
+        "seconds_saved": Total,
         "blocked": list[Blocked],
         "warning": "str | None",
     },
 )
 
 
+class GpuFree(TypedDict):
+    """One test that held a device without using it (``report.gpu_free``)."""
+
+    nodeid: str
+    seconds: Total
+    devices: Count  # the devices its worker held
+    gpu_minutes: Total
+
+
+class GpuFreeTests(TypedDict):
+    """The run's GPU-free tests, longest first, and the GPU-minutes they held together."""
+
+    tests: list[GpuFree]
+    gpu_minutes: Total
+
+
 class Report(TypedDict):
     """report.json."""
 
-    version: int
-    generated: float
+    version: Literal[1]
+    generated: Epoch
     suite: str | None
     shard: str | None
-    started: float | None
+    started: Epoch | None
     platform: PlatformInfo
     devices: list[Device]
     versions: dict[str, Any]
@@ -162,7 +242,11 @@ class Report(TypedDict):
     samples: list[Sample]
     reuses: NotRequired[list[dict[str, Any]]]  # the ledger's runner-reused events
     reuse_refusals: NotRequired[list[dict[str, Any]]]  # its reuse-refused events
+    reruns: NotRequired[list[Rerun]]  # its rerun events: tries of a test run again, and why
     splits: NotRequired[list[dict[str, Any]]]  # its shard events, each with the seconds its tests took
+    accounting: NotRequired[dict[str, Any]]  # harness merge's proof of its shards' tests (report.shards)
+    history: NotRequired[dict[str, Any] | None]  # phases.json's: the run's history, or why it had none
     starts: Starts
     files: dict[str, FileTally]
     advice: NotRequired[list[Advice]]
+    gpu_free: NotRequired[GpuFreeTests]  # tests that started no runner and held no device memory

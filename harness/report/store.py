@@ -1,20 +1,36 @@
-"""Report files on disk: written atomically, read back with every flaw named in one line."""
+"""Report files on disk: written atomically; and the one loader of every file the harness reads back.
+
+A run's or a shard's ``report.json``, a baseline, the durations a split weighs (a report.json, a JUnit file,
+pytest-split's ``.test_durations``) and the history in a report, ``phases.json`` and the
+``HARNESS_CONFIGURATIONS`` file are all read here, one way: a regular file only (a FIFO is refused without
+blocking, ``/dev/zero`` without reading it), at most ``MAX_BYTES``, JSON nested at most ``MAX_DEPTH`` deep
+with finite numbers of at most 19 digits, then every field checked against its type in
+``harness.report.schema`` (types, signs and ranges from the hints, ``harness.config.validate.mismatch``).
+A flaw is one ``ReportError`` line naming the file and the field; what passes cannot crash later code.
+"""
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import math
 import os
 import stat
 import tempfile
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
-from harness.errors import InfrastructureError, ReportError
-from harness.report.schema import REQUIRED, VERSION, Report
+from harness import quarantine
+from harness.config.validate import mismatch
+from harness.errors import ConfigError, InfrastructureError, ReportError
+from harness.ledger.check import LONGEST
+from harness.report.schema import ABSENT, VERSION, Configurations, Durations, PhasesFile, Report
+from harness.split import History
 
 MAX_BYTES = 256 * 2**20  # a report or phases file larger than this is not one the harness wrote
+MAX_DEPTH = 32  # JSON nesting: a report's deepest field (a runner's config) is far shallower
 
 
 FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit
@@ -47,74 +63,138 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def load(path: str | Path) -> Report:
-    """A report from a ``report.json`` or a run directory; any flaw is one ``ReportError`` line."""
-    path = Path(path)
+    """A report from a ``report.json`` or a run directory, every field checked (see the module); the fields
+    version 1's first reports lacked are filled (``schema.ABSENT``)."""
+    path = _in_directory(Path(path))
+    return _report(path, json_object(path, "report"))
+
+
+def _in_directory(path: Path) -> Path:
     if path.is_dir():
         if not (path / "report.json").is_file():
             raise ReportError(f"{path} is a directory without report.json (run 'harness report {path}')")
-        path = path / "report.json"
-    report = json_object(path, "report")
+        return path / "report.json"
+    return path
+
+
+def _report(path: Path, report: dict) -> Report:
     if "version" not in report:
         raise ReportError(f"{path}: no 'version' field, not a harness report")
-    if report["version"] != VERSION:
+    if report["version"] != VERSION or type(report["version"]) is not int:
         raise ReportError(
-            f"{path}: report format version {report['version']!r}, this harness reads {VERSION}"
+            f"{path}: report format version {_shown(report['version'])}, this harness reads {VERSION}"
         )
-    for field, kind in REQUIRED.items():
-        if field not in report:
-            raise ReportError(f"{path}: report has no '{field}' field")
-        if not isinstance(report[field], kind):
-            raise ReportError(f"{path}: report field '{field}' has the wrong type")
-    if not all(isinstance(phase, dict) and isinstance(phase.get("name"), str) for phase in report["phases"]):
-        raise ReportError(f"{path}: a phase in the report has no name")
-    problem = _misshapen(report)
-    if problem:
-        raise ReportError(f"{path}: report field {problem} has the wrong type")
+    report = {**copy.deepcopy(ABSENT), **report}
+    problem = mismatch(report, Report)
+    if problem is not None:
+        where, what, found = problem
+        if "." not in where and "[" not in where and where not in report:
+            raise ReportError(f"{path}: report has no '{where}' field")
+        if what.endswith("(the field is missing)"):
+            raise ReportError(f"{path}: report field {where} is missing")
+        raise ReportError(f"{path}: report field {where}: expected {what}, got {_shown(found)}")
     return cast(Report, report)
 
 
-def _misshapen(report: dict) -> str | None:
-    """The first nested field ``compare`` and sharding read that is not of its documented type."""
-    for i, phase in enumerate(report["phases"]):
-        if not _number(phase.get("wall_s"), none=True) or not _counts(phase.get("outcomes", {})):
-            return f"phases[{i}]"
-    for i, test in enumerate(report["tests"]):
-        seconds = (test.get(k) for k in ("setup_s", "call_s", "teardown_s"))
-        if not (isinstance(test, dict) and isinstance(test.get("file"), str)) or not all(
-            _number(v, none=True) for v in seconds
-        ):
-            return f"tests[{i}]"
-    for key in ("total", "by_phase", "by_file", "by_kind"):
-        group = report["starts"].get(key, {})
-        tallies = [group] if key == "total" else group.values() if isinstance(group, dict) else [None]
-        if not all(isinstance(t, dict) and _counts(t.get("by_kind", {})) for t in tallies):
-            return f"starts.{key}"
-    for name, entry in report["files"].items():
-        if not (isinstance(entry, dict) and _number(entry.get("wall_s"), none=True)):
-            return f"files[{name!r}]"
-        if not _counts(entry.get("outcomes", {})):
-            return f"files[{name!r}]"
-    return None
+def load_phases(path: Path) -> PhasesFile:
+    """``phases.json`` (``harness run``'s account of a run), checked as the report is."""
+    return cast(PhasesFile, checked(path, json_object(path, "phases file"), PhasesFile, "phases file"))
 
 
-def _number(value, none: bool = False) -> bool:
-    if value is None:
-        return none
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def configurations(path: str | Path) -> Configurations:
+    """The ``HARNESS_CONFIGURATIONS`` file ``harness run`` wrote: node id -> fingerprint."""
+    path = Path(path)
+    return cast(
+        Configurations,
+        checked(path, json_object(path, "configurations"), Configurations, "configurations file"),
+    )
 
 
-def _counts(value) -> bool:
-    """A ``{name: count}`` table."""
-    return isinstance(value, dict) and all(type(n) is int for n in value.values())
+def quarantine_list(path: str | Path) -> list[quarantine.Entry]:
+    """vLLM's ``quarantined_tests.json``, read as every other file is, its entries checked by
+    ``harness.quarantine``."""
+    document = json_object(Path(path), "quarantine list")
+    try:
+        return quarantine.from_vllm(document, str(path))
+    except ConfigError as error:
+        raise ReportError(str(error)) from None
+
+
+def checked(path: Path, value: Any, kind: Any, what: str) -> Any:
+    """``value`` if it is of ``kind``, else one ``ReportError`` naming ``path``, the field and the problem."""
+    problem = mismatch(value, kind)
+    if problem is not None:
+        where, expected, found = problem
+        field = f" field {where}" if where else ""
+        raise ReportError(f"{path}: {what}{field}: expected {expected}, got {_shown(found)}")
+    return value
+
+
+def recorded(path: str | Path) -> tuple[dict[str, float], str, History]:
+    """Seconds per test from what CI keeps, what it was, and (from a report.json) the report's ``History``:
+    a report.json or the run directory holding one, a JUnit XML file (keyed ``classname::name``, as
+    ``harness.split.junit_key`` makes them), or pytest-split's ``.test_durations`` (node id → seconds).
+    One read; a file that is none of them, or one of them with a bad field, is one ``ReportError`` line."""
+    where = Path(path)
+    if where.is_dir():
+        where = _in_directory(where)
+    text = _text(where, "durations")
+    if text.lstrip().startswith("<"):
+        return _junit(where, text), "junit", History()
+    data = _parsed(where, text, "durations")
+    if isinstance(data, dict) and "version" in data:
+        report = _report(where, data)
+        seconds = {
+            t["nodeid"]: (t.get("setup_s") or 0.0) + (t.get("call_s") or 0.0) + (t.get("teardown_s") or 0.0)
+            for t in report["tests"]
+        }
+        return seconds, "report", History(cast(dict, report))
+    durations = checked(
+        where, data, Durations, "durations file (a report.json, JUnit XML or pytest-split's .test_durations)"
+    )
+    return {str(k): float(v) for k, v in durations.items()}, "test_durations", History()
+
+
+def _junit(path: Path, text: str) -> dict[str, float]:
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError as error:
+        raise ReportError(f"{path}: not well-formed JUnit XML ({error})") from None
+    found: dict[str, float] = {}
+    for case in root.iter("testcase"):
+        given = case.get("time") or "0"
+        key = f"{case.get('classname', '')}::{case.get('name', '')}"
+        try:
+            seconds = float(given)
+        except ValueError:
+            seconds = math.nan
+        if not 0 <= seconds <= LONGEST:  # NaN fails both
+            raise ReportError(
+                f"{path}: testcase {key[:100]!r} time {given[:40]!r}: expected seconds from 0 to {LONGEST:g}"
+            )
+        found[key] = seconds
+    return found
+
+
+def _shown(value: Any) -> str:
+    """A value as an error line quotes it: its start only, a container by its kind."""
+    return type(value).__name__ if isinstance(value, dict | list) else repr(value)[:60]
 
 
 def json_object(path: Path, what: str) -> dict:
     """A JSON object from ``path``, telling missing, empty, truncated, non-JSON and non-object apart.
 
-    Read bounded: not a regular file (``/dev/zero``), over ``MAX_BYTES``, nested past the parser's depth,
-    or holding NaN/Infinity (not JSON, and no comparison holds for them) is one ``ReportError`` line.
+    Read bounded: not a regular file (a FIFO, ``/dev/zero``, a directory), over ``MAX_BYTES``, nested past
+    ``MAX_DEPTH``, or holding NaN/Infinity (not JSON, and no comparison holds for them) is one
+    ``ReportError`` line.
     """
-    text = _bounded_text(path, what)
+    data = _parsed(path, _text(path, what), what)
+    if not isinstance(data, dict):
+        raise ReportError(f"{path}: not a {what} (JSON {type(data).__name__}, expected an object)")
+    return data
+
+
+def _parsed(path: Path, text: str, what: str) -> Any:
     if not text.strip():
         raise ReportError(f"{path}: empty {what} file")
     try:
@@ -130,23 +210,58 @@ def json_object(path: Path, what: str) -> dict:
         raise ReportError(f"{path}: not a {what} (JSON nested too deeply)") from None
     except ValueError as error:
         raise ReportError(f"{path}: not a {what} ({error})") from None
-    if not isinstance(data, dict):
-        raise ReportError(f"{path}: not a {what} (JSON {type(data).__name__}, expected an object)")
+    flaw = _flaw(data, MAX_DEPTH)
+    if flaw is not None:
+        raise ReportError(f"{path}: not a {what} ({flaw})")
     return data
 
 
-def _bounded_text(path: Path, what: str) -> str:
+def _flaw(data: Any, most: int) -> str | None:
+    """What no file of the harness holds: containers nested more than ``most`` deep, or text with a lone
+    surrogate (JSON can escape one, UTF-8 cannot hold it: no summary could be written). Iterative, so no
+    depth can overflow it."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and not _encodable(value):
+                return f"text {value[:40]!r} holds a lone surrogate, not a character"
+        elif isinstance(value, dict | list):
+            if depth > most:
+                return f"JSON nested more than {most} deep"
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            stack += [(item, depth + 1) for item in items if isinstance(item, str | dict | list)]
+    return None
+
+
+def _encodable(text: str) -> bool:
     try:
-        with open(path, "rb") as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                raise ReportError(f"{path}: not a regular file, cannot be a {what}")
-            data = file.read(MAX_BYTES + 1)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _text(path: Path, what: str) -> str:
+    """The file's text, read only if it is a regular file (opened non-blocking, so a FIFO without a
+    writer is refused at once) and at most ``MAX_BYTES`` of it."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ReportError(f"{path}: no such {what} file") from None
-    except IsADirectoryError:
-        raise ReportError(f"{path}: is a directory, not a {what} file") from None
     except OSError as error:
         raise ReportError(f"{path}: cannot read {what}: {error.strerror}") from None
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        if stat.S_ISDIR(mode):
+            raise ReportError(f"{path}: is a directory, not a {what} file")
+        raise ReportError(f"{path}: not a regular file, cannot be a {what}")
+    with open(descriptor, "rb") as file:
+        try:
+            data = file.read(MAX_BYTES + 1)
+        except OSError as error:
+            raise ReportError(f"{path}: cannot read {what}: {error.strerror}") from None
     if len(data) > MAX_BYTES:
         raise ReportError(f"{path}: larger than {MAX_BYTES >> 20} MiB, not a {what} the harness wrote")
     try:

@@ -7,7 +7,9 @@ a note pointing at ``report.json``, which always has everything.
 from __future__ import annotations
 
 import html
+import statistics
 
+from harness.failures import CLASSES
 from harness.ledger.reader import refused_because
 from harness.platform.base import GIB
 from harness.report.schema import Advice, Finding, Record, Report, Tally
@@ -15,6 +17,8 @@ from harness.report.schema import Advice, Finding, Record, Report, Tally
 LIMIT = 1024 * 1024
 ROWS = 40  # rows per table before it is cut with a note
 SLOWEST = 10
+GPU_FREE_NAMED = 5
+FAILED_NAMED = 5  # tests named per failure class  # GPU-free tests named in the summary's line
 
 
 def render(report: Report, rows: int = ROWS, limit: int = LIMIT, opening: list[str] | None = None) -> str:
@@ -25,7 +29,9 @@ def render(report: Report, rows: int = ROWS, limit: int = LIMIT, opening: list[s
         *(opening or []),
         *heading[2:],
         *_phases(report, rows),
+        *_failures(report, rows),
         *_starts(report, rows),
+        *_gpu_free(report),
         *_slowest(report["records"], rows),
         *_findings(report["findings"], rows),
         *_advice(report.get("advice", []), rows),
@@ -36,16 +42,17 @@ def render(report: Report, rows: int = ROWS, limit: int = LIMIT, opening: list[s
 def _heading(report: Report) -> list[str]:
     """Title (suite, platform, shard), why this platform, and the devices used."""
     platform = report["platform"]
-    title = f"# harness: {report.get('suite') or 'run'} on {platform.get('name') or 'unknown platform'}"
+    suite, where = text(report.get("suite") or "run"), text(platform.get("name") or "unknown platform")
+    title = f"# harness: {suite} on {where}"
     if report.get("shard"):
-        title += f" (shard {report['shard']})"
+        title += f" (shard {text(report['shard'])})"
     lines = [title, ""]
     if platform.get("reason"):
-        lines += [f"Platform: {_text(platform['reason'])}", ""]
+        lines += [f"Platform: {text(platform['reason'])}", ""]
     for device in report["devices"]:
         total = device.get("total_bytes")
         size = f", {total / GIB:.1f} GiB" if total else ""
-        lines.append(f"- device `{_escape(device['uuid'])}`: {_text(device.get('name') or 'unknown')}{size}")
+        lines.append(f"- device `{code(device['uuid'])}`: {text(device.get('name') or 'unknown')}{size}")
     return [*lines, ""]
 
 
@@ -57,7 +64,7 @@ def _phases(report: Report, rows: int) -> list[str]:
         kinds = tally["by_kind"] if tally else {}
         body.append(
             [
-                phase["name"],
+                text(phase["name"]),
                 _cell(phase.get("exit_code")) + (" (timed out)" if phase.get("timed_out") else ""),
                 _seconds(phase.get("wall_s")),
                 *(str(outcomes.get(k, 0)) for k in ("passed", "failed", "skipped", "error")),
@@ -69,18 +76,63 @@ def _phases(report: Report, rows: int) -> list[str]:
     return ["## Phases", "", *_table(header, body, rows)]
 
 
+def _failures(report: Report, rows: int) -> list[str]:
+    """Why tests failed: each failure class with its count and its tests; a quarantined test's failure
+    (recorded as pytest's xfail: skipped, with its class) apart, since it does not gate."""
+    gating: dict[str, list[str]] = {}
+    quarantined: list[str] = []
+    for test in report["tests"]:
+        name = test.get("failure_class")
+        if name and test["outcome"] == "skipped":
+            quarantined.append(test["nodeid"])
+        elif name:
+            gating.setdefault(name, []).append(test["nodeid"])
+    body = [[f"`{name}`", str(len(gating[name])), _named(gating[name])] for name in CLASSES if name in gating]
+    retried = {rerun["test"] for rerun in report.get("reruns", [])}
+    if retried:
+        return [*_pass_at_1(report, retried), *_failures_of(body, quarantined, rows)]
+    return _failures_of(body, quarantined, rows)
+
+
+def _pass_at_1(report: Report, retried: set[str]) -> list[str]:
+    """First tries only beside the final outcome: a test that passed on a retry failed its first try."""
+    ran = [test for test in report["tests"] if test["outcome"] != "skipped"]
+    passed = [test for test in ran if test["outcome"] == "passed"]
+    rescued = sum(test["nodeid"] in retried for test in passed)
+    return [
+        f"pass@1: {len(passed) - rescued} of {len(ran)} tests passed on their first try; finally "
+        f"{len(passed)} passed ({rescued} only on a retry)",
+        "",
+    ]
+
+
+def _failures_of(body: list[list[str]], quarantined: list[str], rows: int) -> list[str]:
+    lines = ["## Why tests failed", "", *_table(["class", "tests", "which"], body, rows), ""] if body else []
+    if quarantined:
+        lines += [
+            f"{len(quarantined)} quarantined tests failed without failing the run: {_named(quarantined)}",
+            "",
+        ]
+    return lines
+
+
+def _named(nodeids: list[str]) -> str:
+    shown = ", ".join(f"`{code(nodeid)}`" for nodeid in nodeids[:FAILED_NAMED])
+    return shown + (f", … {len(nodeids) - FAILED_NAMED} more" if len(nodeids) > FAILED_NAMED else "")
+
+
 def _starts(report: Report, rows: int) -> list[str]:
     """Runner starts by kind, then by file (the longest start-up first)."""
     starts, walls = report["starts"], report.get("files", {})
     total = starts["total"]
     kinds = [
-        [k, str(v["starts"]), str(v["failed"]), _seconds(v["startup_s"])]
+        [text(k), str(v["starts"]), str(v["failed"]), _seconds(v["startup_s"])]
         for k, v in starts["by_kind"].items()
     ]
     by_file = sorted(starts["by_file"].items(), key=lambda item: -item[1]["startup_s"])
     files = [
         [
-            f"`{_escape(f)}`",
+            f"`{code(f)}`",
             str(v["by_kind"].get("vllm", 0)),
             str(v["by_kind"].get("hf", 0)),
             _seconds(v["startup_s"]),
@@ -93,9 +145,43 @@ def _starts(report: Report, rows: int) -> list[str]:
         "",
         f"{total['starts']} starts, {_seconds(total['startup_s'])} starting up." + _reused(total),
         "",
+        *_compiled(report["records"]),
         *_refused(report.get("reuse_refusals", [])),
         *_table(["kind", "starts", "failed", "startup"], kinds, rows),
         *_table(["file", "vLLM starts", "HF starts", "startup", "tests wall"], files, rows),
+    ]
+
+
+def _compiled(records: list[Record]) -> list[str]:
+    """The median start-up of vLLM starts whose compile caches were cold and of those they were warm."""
+    seconds: dict[str, list[float]] = {"cold": [], "warm": []}
+    for record in records:
+        state, took = record.get("compile"), record.get("startup_s")
+        if state in seconds and took is not None and record["outcome"] != "failed":
+            seconds[state].append(took)
+    if not any(seconds.values()):
+        return []
+    parts = [
+        f"{state} {_seconds(statistics.median(took))} median of {len(took)}" if took else f"{state}: none"
+        for state, took in seconds.items()
+    ]
+    return [f"vLLM starts by compile cache: {'; '.join(parts)}.", ""]
+
+
+def _gpu_free(report: Report) -> list[str]:
+    """The tests that held a GPU without using it (``report.gpu_free``), the longest few named."""
+    found = report.get("gpu_free")
+    if not found or not found["tests"]:
+        return []
+    tests = found["tests"]
+    top = ", ".join(
+        f"`{code(each['nodeid'])}` ({each['gpu_minutes']:.2f})" for each in tests[:GPU_FREE_NAMED]
+    )
+    more = f", … {len(tests) - GPU_FREE_NAMED} more in report.json" if len(tests) > GPU_FREE_NAMED else ""
+    return [
+        f"{len(tests)} GPU-free tests held GPUs for {found['gpu_minutes']:.2f} GPU-minutes (no runner, no "
+        f"device memory of their own): {top}{more}.",
+        "",
     ]
 
 
@@ -106,11 +192,11 @@ def _slowest(records: list[Record], rows: int) -> list[str]:
     body = [
         [
             _seconds(r.get("startup_s")),
-            r["kind"],
-            f"`{_escape(r['model'])}`",
-            f"`{_escape(r.get('fixture') or r.get('test') or '?')}`",
-            str(r.get("worker")),
-            r["outcome"],
+            text(r["kind"]),
+            f"`{code(r['model'])}`",
+            f"`{code(r.get('fixture') or r.get('test') or '?')}`",
+            text(r.get("worker")),
+            text(r["outcome"]),
         ]
         for r in slowest
     ]
@@ -123,9 +209,7 @@ def _slowest(records: list[Record], rows: int) -> list[str]:
 
 def _findings(findings: list[Finding], rows: int) -> list[str]:
     lines = ["## Findings", ""]
-    lines += [f"- **{_text(f['type'])}**: {_text(f.get('message', ''))}" for f in findings[:rows]] or [
-        "None."
-    ]
+    lines += [f"- **{text(f['type'])}**: {text(f.get('message', ''))}" for f in findings[:rows]] or ["None."]
     if len(findings) > rows:
         lines.append(f"- … {len(findings) - rows} more in report.json")
     return [*lines, ""]
@@ -134,15 +218,17 @@ def _findings(findings: list[Finding], rows: int) -> list[str]:
 def _advice(advice: list[Advice], rows: int) -> list[str]:
     lines = ["## Reuse advisor", ""]
     for item in advice[:rows]:
-        scope = f"class `{item['class']}`" if item["scope"] == "class" else f"module `{item['file']}`"
-        tests = ", ".join(f"`{_escape(t)}`" for t in item["tests"])
+        scope = (
+            f"class `{code(item['class'])}`" if item["scope"] == "class" else f"module `{code(item['file'])}`"
+        )
+        tests = ", ".join(f"`{code(t)}`" for t in item["tests"])
         lines.append(
-            f"- {item['kind']} `{_escape(item['model'])}` started {item['starts']}× on {item['worker']} "
-            f"(phase {item['phase']}) by {tests}: one {item['scope']}-scoped fixture for {scope} would save "
-            f"{_seconds(item['seconds_saved'])}"
+            f"- {text(item['kind'])} `{code(item['model'])}` started {item['starts']}× on "
+            f"{text(item['worker'])} (phase {text(item['phase'])}) by {tests}: one "
+            f"{text(item['scope'])}-scoped fixture for {scope} would save {_seconds(item['seconds_saved'])}"
         )
         if item.get("warning"):
-            lines.append(f"  - ⚠️ {_text(item['warning'])}")
+            lines.append(f"  - ⚠️ {text(item['warning'])}")
     if len(advice) > rows:
         lines.append(f"- … {len(advice) - rows} more in report.json")
     if not advice:
@@ -154,15 +240,18 @@ def _refused(refusals: list[dict]) -> list[str]:
     """Hand-offs the reuse pool refused, by kind of reason (each one's whole reason is in report.json)."""
     if not refusals:
         return []
-    reasons = "; ".join(f"{_text(reason)}: {count}" for reason, count in refused_because(refusals))
+    reasons = "; ".join(f"{text(reason)}: {count}" for reason, count in refused_because(refusals))
     return [f"Reuse refused {len(refusals)} hand-offs ({reasons}).", ""]
 
 
 def _reused(tally: Tally) -> str:
-    """`` N more avoided by reuse (S saved).`` when the reuse pool handed engines on."""
-    if not tally.get("reused"):
+    """`` N more avoided by reuse (S saved).`` when the reuse pool handed engines on, net of the retries
+    (and how many tries of tests ran again, with their starts)."""
+    retries = tally.get("retries", 0)
+    if not tally.get("reused") and not retries:
         return ""
-    return f" {tally['reused']} more avoided by reuse ({_seconds(tally.get('saved_s'))} saved)."
+    net = f", net of {retries} retries that started {tally.get('retry_starts', 0)}" if retries else ""
+    return f" {tally.get('reused', 0)} more avoided by reuse ({_seconds(tally.get('saved_s'))} saved{net})."
 
 
 def _table(header: list[str], body: list[list[str]], rows: int) -> list[str]:
@@ -183,15 +272,16 @@ def _cap(text: str, limit: int) -> str:
     return head[: head.rfind("\n")] + note
 
 
-def _escape(text: object) -> str:
-    """For a table cell or a code span: no pipe, backtick or line break of its own."""
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+def code(value: object) -> str:
+    """For a code span in a table cell: no pipe, backtick or line break of its own (``\\r`` ends a line in
+    Markdown too)."""
+    return str(value).replace("|", "\\|").replace("`", "'").replace("\r", " ").replace("\n", " ")
 
 
-def _text(text: object) -> str:
-    """For prose (outside a code span, where Markdown passes HTML through and Buildkite renders it): a test
-    id's or message's ``<script>`` as text."""
-    return html.escape(_escape(text), quote=False)
+def text(value: object) -> str:
+    """For prose and plain cells (outside a code span, where Markdown passes HTML through and Buildkite and
+    GitHub render it): a name's or message's ``<script>`` as text."""
+    return html.escape(code(value), quote=False)
 
 
 def _cell(value) -> str:

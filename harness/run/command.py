@@ -27,21 +27,25 @@ from rich.table import Table
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.settings import Settings, ci_deadline, load_settings
 from harness.config.suites import Suite, check_paths, load_suite, run_dir
-from harness.config.variables import CONFIGURATIONS, SWITCH
+from harness.config.variables import CONFIGURATIONS, SWITCH, TEST_TIMEOUTS
 from harness.errors import HarnessError
 from harness.ledger.redaction import Redactor
 from harness.platform import detect
 from harness.platform.slots import auto_workers
+from harness.report import baseline as before_after
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS
 from harness.report.schema import Report
-from harness.report.store import write_atomic
+from harness.report.shards import account_shard, line
+from harness.report.store import load, write_atomic
 from harness.run import directory
+from harness.run import history as past
 from harness.run.exits import phase_exit, run_exit
 from harness.run.process import Stopped, ignore_stop_signals, phase_timeout, stop_signals
 from harness.run.resume import run_resuming
 from harness.run.selection import claimed, members
-from harness.run.shards import configurations_from, durations_from, parse_shard, predicted, shard_paths
+from harness.run.shards import arguments_file, configurations_from, decide, flags, parse_shard
+from harness.split import Shard
 
 # set by harness run for each phase: a user's value would send results where the report does not look
 RESERVED = ("--harness-ledger-dir", "--junitxml", "--junit-xml", "--junitprefix", "--no-harness")
@@ -61,30 +65,38 @@ def main(args) -> int:
     for phase in suite.phases:  # each names files in the run directory (junit/<phase>.xml, ledger/<phase>/)
         directory.segment("phase", phase.name)
     check_paths(suite, pyproject.parent if pyproject else Path.cwd())
+    given = _pytest_args(args.pytest_args or [])
+    flagged, durations, extra = flags(given)  # pytest-shard's flags after --: the run's shard, split once
     shard = parse_shard(args.shard, env)
+    if shard and flagged and shard != flagged:
+        raise HarnessError(f"--shard {shard} and --num-shards/--shard-id {flagged} ask for different shards")
+    shard = shard or flagged
     # CI reaches pytest through `nox -s X -- args`, so the history can also come from the environment.
     history = args.durations_from or env.get("HARNESS_DURATIONS_FROM")
-    durations = durations_from(history) if history and shard else None
-    configurations = configurations_from(history) if history else None
-    selected = shard_paths(suite, shard, durations) if shard else {}
-    extra = _pytest_args(args.pytest_args or [])
+    configurations = configurations_from(history) if history else None  # named by the user: strict
+    remembered = None  # --history / HARNESS_HISTORY: what CI restored, if it could; else one summary line
+    if not history and (args.history or env.get(past.VARIABLE)):
+        history = args.history or env.get(past.VARIABLE)
+        configurations, remembered = past.read(history, suite.name, platform)
+        history = remembered["source"] if configurations is not None else None  # the one used
 
-    out = Path(args.out or run_dir(directory.segment("suite", suite.name), platform, shard))
+    where = (shard.index, shard.count) if shard else None
+    out = Path(args.out or run_dir(directory.segment("suite", suite.name), platform, where))
+    before_after.refuse_itself(out, args.baseline or settings.baseline)  # before the run clears out
     with directory.locked(out) as lock, stop_signals():
         try:
             directory.clear(out)
             if configurations is not None:  # the plugin orders tests by the configurations they started
                 write_atomic(out / "configurations.json", json.dumps(configurations, indent=1) + "\n")
                 env[CONFIGURATIONS] = str((out / "configurations.json").resolve())
-            run = _Run(out, {}, selected, extra, env, settings, Console(), ci_deadline(env), lock)
+            if args.timeouts_from_history and history:  # each test's timeout from its recorded seconds
+                timeouts = past.test_timeouts(load(history), settings.test_timeout_s)
+                write_atomic(out / "test-timeouts.json", json.dumps(timeouts, indent=1) + "\n")
+                env[TEST_TIMEOUTS] = str((out / "test-timeouts.json").resolve())
+            run = _Run(out, {}, {}, extra, env, settings, Console(), ci_deadline(env), lock)
             run.baseline = args.baseline or settings.baseline
-            if shard:  # what the split expected of this shard, and from what
-                run.split = {
-                    "index": shard[0],
-                    "count": shard[1],
-                    "predicted_s": predicted(suite, shard, durations),
-                    "source": f"report {Path(str(history)).name}" if durations else "hash of the file paths",
-                }
+            run.durations = history or durations
+            run.history = remembered
             return _run(run, suite, detection, shard, args.fail_fast)
         except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
             return 128 + stopped.signum
@@ -119,21 +131,26 @@ class _Run:
     found: dict[str, list[str]] | None = None  # each phase's node ids, from the run's one collection
     earlier: dict[str, list[str]] = field(default_factory=dict)  # ... that an earlier phase takes
     baseline: str | None = None  # the base branch's report: the summary opens with before -> after
-    split: dict | None = None  # --shard: the split's index, count, predicted seconds and source
+    split: dict | None = None  # a shard's record of the run's one split (harness.split.Plan.record)
+    durations: str | None = None  # --durations-from: what the split weighs files by
+    rootdir: Path | None = None  # pytest's, from the run's collection: node ids are relative to it
+    broken: bool = False  # a shard whose collection failed: its phases only collect, to show why
+    history: dict | None = None  # --history: its source and the tests that failed there, or why none
 
 
 def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
     """The phases in order, then the report; a SIGTERM/SIGHUP/SIGINT stops them and still reports."""
-    out, env, settings, selected = run.out, run.env, run.settings, run.selected
+    out, env, settings = run.out, run.env, run.settings
     platform = detection.platform.name
     meta: dict[str, Any] = {
         "suite": suite.name,
         "platform": platform,
         "platform_reason": detection.reason,
-        "shard": f"{shard[0]}/{shard[1]}" if shard else None,
+        "shard": str(shard) if shard else None,
         "started": time.time(),
         "baseline": run.baseline,
         "split": run.split,
+        **({"history": run.history} if run.history is not None else {}),
         "phases": [],
     }
     run.meta = meta
@@ -143,13 +160,14 @@ def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
     env["HARNESS_PLATFORM"] = platform  # every phase's pytest agrees with this run's platform
     env[SWITCH] = "1"  # the plugin acts in every phase, whether or not the suite's pyproject asks
     run.workers = auto_workers(detection.platform, settings, env)
-    paths = [(phase, selected.get(phase.name, ()) if shard else phase.paths) for phase in suite.phases]
-    run.found, chosen = members(
-        [(p, files) for p, files in paths if files], run.extra, env, out, settings.phase_timeout_s, [run.lock]
-    )
+    paths = [(phase, phase.paths) for phase in suite.phases]
+    # without pytest-shard's flags (the run splits; an installed pytest-shard would split this collection)
+    run.found, chosen = members(paths, run.extra, env, out, settings.phase_timeout_s, [run.lock])
     # the run's -m / -k, as pytest read them, narrow each phase's own
     suite = Suite(suite.name, tuple(p.narrowed(chosen["markers"], chosen["keywords"]) for p in suite.phases))
     run.earlier = claimed([phase.name for phase in suite.phases], run.found or {})
+    if shard:
+        _split(run, suite, shard, chosen)
     stopped = None
     try:
         for number, phase in enumerate(suite.phases, 1):
@@ -163,25 +181,32 @@ def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
         stopped = str(signal_)
     result = run_exit(meta["phases"])
     with ignore_stop_signals():  # the report is what a cancelled job leaves; let it be written whole
-        _finish(out, meta, run.console, env)
-    return 128 + signal.Signals[stopped].value if stopped else result
+        accounted = _finish(out, meta, run.console, env)
+    if stopped:
+        return 128 + signal.Signals[stopped].value
+    return result or (0 if accounted is not False else 1)  # a test of the shard that never ran: failed
 
 
 def _phase(run: _Run, phase) -> dict:
     """Run one phase (resumed after crashes) and add its entry to ``phases.json``."""
     shard = run.meta["shard"]
-    paths = run.selected.get(phase.name) if shard else None
+    mine = run.selected.get(phase.name, []) if shard and not run.broken else None
+    paths = None
+    if mine:  # the run's split decided this phase's tests: pytest gets exactly those node ids
+        found = (run.found or {}).get(phase.name, [])
+        paths = (f"@{arguments_file(run.out, phase.name, mine, found, run.rootdir)}",)
     started = time.time()
     taken = run.earlier.get(phase.name, [])
     count = None if run.found is None else len(run.found.get(phase.name, [])) - len(taken)
-    empty = _empty(phase, paths if shard else phase.paths, count, shard)
+    count = len(mine) if mine is not None else count
+    empty = _empty(phase, count, shard)
     if empty:
         run.console.print(empty)
         result = {"exit_code": NO_TESTS, "timed_out": False, "stopped": None, "attempts": 0}
         args_ = []
     else:
         timeout = phase_timeout(phase.timeout_s or run.settings.phase_timeout_s, run.deadline, time.time())
-        deselect = [f"--deselect={nodeid}" for nodeid in taken]
+        deselect = [f"--deselect={nodeid}" for nodeid in taken] + (["--collect-only"] if run.broken else [])
 
         def select(resume: tuple[str, ...] | None) -> list[str]:
             return phase.selection(resume or paths, run.workers, deselect + run.extra)
@@ -201,10 +226,25 @@ def _phase(run: _Run, phase) -> dict:
     return entry
 
 
-def _empty(phase, paths, count: int | None, shard) -> str | None:
-    """Why a phase starts no pytest, if it does not: no files in this shard, or no test selected."""
-    if not paths:
-        return f"shard {shard} has no files for phase {phase.name}"
+def _split(run: _Run, suite: Suite, shard: Shard, chosen: dict) -> None:
+    """The run's one split, from its one collection: each phase's tests of this shard (``run.selected``)
+    and what the shard records of it (phases.json's ``split``)."""
+    if run.found is None:  # pytest could not collect the suite: no selection to split; each phase shows
+        run.broken = True  # the collection error (--collect-only: nothing runs), a failed run (exit 1)
+        return
+    order = [phase.name for phase in suite.phases]
+    earlier = {name: set(run.earlier.get(name, [])) for name in order}
+    own = {name: [n for n in run.found.get(name, []) if n not in earlier[name]] for name in order}
+    run.rootdir = Path(chosen["rootdir"]) if chosen.get("rootdir") else None
+    run.selected, run.split = decide(shard, own, run.durations, run.rootdir)
+    run.meta["split"] = run.split
+    _write(run.out, run.meta)
+
+
+def _empty(phase, count: int | None, shard) -> str | None:
+    """Why a phase starts no pytest, if it does not: no test of this shard, or no test selected."""
+    if shard and count == 0:
+        return f"shard {shard} has no tests for phase {phase.name}"
     if count == 0:
         return f"phase {phase.name} selects no test (of those collected once for the run): not started"
     return None
@@ -217,7 +257,9 @@ def _write(out: Path, meta: dict) -> None:
     write_atomic(out / "phases.json", json.dumps(meta, indent=1) + "\n")
 
 
-def _finish(out: Path, meta: dict, console, env: dict) -> None:
+def _finish(out: Path, meta: dict, console, env: dict) -> bool | None:
+    """The report written and the run's closing lines; whether this shard ran each test its split assigned
+    it once (None: not a shard)."""
     table = Table(title=f"{meta['suite']} on {meta['platform']}")
     for column in ("phase", "exit", "wall s", "timed out"):
         table.add_column(column)
@@ -241,6 +283,12 @@ def _finish(out: Path, meta: dict, console, env: dict) -> None:
         f"harness: {outcomes['passed']} passed, {outcomes['failed'] + outcomes['error']} failed, "
         f"{outcomes['skipped']} skipped" + _cut_short(report)
     )
+    accounting = account_shard(report) if meta.get("split") else None
+    if accounting is None:
+        return None
+    where = f"shard {meta['shard']}"
+    print(f"harness: {line(accounting, where)}")
+    return bool(accounting["proven"])
 
 
 def _cut_short(report: Report) -> str:

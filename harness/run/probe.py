@@ -2,13 +2,13 @@
 expression of the run parses in pytest's own grammar.
 
 Loaded into the run's one collection with ``-p harness.run.probe``, where pytest has parsed the arguments
-after ``--`` as each phase's pytest will (option clusters such as ``-vm slow``, ``-m=expr``,
-``--markexpr``, ``-k``). It adds to the JSON file named by ``$HARNESS_SELECTION_FILE`` the run's
-``markers`` and ``keywords``, and the first expression (the run's, then each phase's) that pytest's
-``mark`` plugin rejects as ``error``: the same check a phase's pytest makes, so an expression that passes
-here cannot end a phase, under xdist, as an INTERNALERROR. A ``-k`` expression is also matched against the
-first collected test once collection is done: pytest refuses some (call parameters, ``-k 'test(x=1)'``)
-only when it matches a test.
+after ``--`` as each phase's pytest will (option clusters such as ``-vm slow``, ``-m=expr``, ``--markexpr``,
+``-k``). It adds to the JSON file named by ``$HARNESS_SELECTION_FILE`` the run's ``markers`` and ``keywords``,
+pytest's ``rootdir`` (the run's split names tests relative to it), and the first expression (the run's, then
+each phase's) that pytest's ``mark`` plugin rejects as ``error``: the same check a phase's pytest makes, so an
+expression that passes here cannot end a phase, under xdist, as an INTERNALERROR. A ``-k`` expression is also
+matched against the first collected test once collection is done: pytest refuses some (call parameters, ``-k
+'test(x=1)'``) only when it matches a test.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
     path = Path(os.environ[FILE])
     table = json.loads(path.read_text(encoding="utf-8"))
     run = {"markers": config.option.markexpr or "", "keywords": config.option.keyword or ""}
+    run["rootdir"] = str(config.rootpath)  # the run's split's node ids are relative to it
     checks = [("harness run -m", run["markers"], ""), ("harness run -k", "", run["keywords"])]
     for phase in table["phases"]:
         checks.append((f"phase {phase['name']!r} markers", phase["markers"] or "", ""))

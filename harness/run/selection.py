@@ -36,8 +36,8 @@ def members(
 ) -> tuple[dict[str, list[str]] | None, dict[str, str | None]]:
     """Per phase (with the paths it runs), the node ids it selects (None when collection failed, so that
     every phase runs and shows the error itself), and the run's own ``markers`` and ``keywords`` as pytest
-    read them (None where pytest stopped before reading them). An expression pytest rejects is a
-    ``HarnessError``."""
+    read them, and pytest's ``rootdir`` (None where pytest stopped before reading them). An expression
+    pytest rejects is a ``HarnessError``."""
     path, selection = out / "phases-collected.json", out / "selection.json"
     table = [
         {"name": p.name, "paths": list(paths), "markers": p.markers, "keywords": p.keywords}
@@ -70,7 +70,7 @@ def members(
         selection.unlink(missing_ok=True)
     if read.get("error"):
         raise HarnessError(read["error"])
-    chosen = {"markers": read.get("markers"), "keywords": read.get("keywords")}
+    chosen = {key: read.get(key) for key in ("markers", "keywords", "rootdir")}
     return (found if code in (0, NO_TESTS) and found is not None else None), chosen
 
 

@@ -1,30 +1,34 @@
-"""Split a phase's test files across CI jobs (``--shard i/N``).
+"""A run's shard: ``--shard i/N``, Buildkite's parallel-job variables or pytest-shard's flags after
+``--``, and the one split of the run's one collection that every phase applies.
 
-A whole file is the unit: its module-scoped engine would start once per shard it landed in. Every job of a
-build computes the same split on its own, so the split depends only on the file paths (relative, POSIX) and
-the recorded durations, never on the input order, ``PYTHONHASHSEED`` or the checkout's location.
+The split is made once, from the node ids pytest itself collected for the run (its ``python_files``,
+``testpaths``, rootdir, ``-m``/``-k``; ``harness.run.selection``), each test counted in the first phase
+that selects it; whole files are the units (a file's shared engine starts in one job only), weighed by
+recorded seconds (``harness.split.weigh``). Every job of a build computes the same split alone: it depends
+on the node ids and the durations only, never on order, ``PYTHONHASHSEED`` or the checkout's location.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
-from collections.abc import Iterable, Mapping
-from pathlib import Path, PurePosixPath
+import re
+from collections.abc import Mapping
+from pathlib import Path
 
 from harness import split
-from harness.config.suites import Suite
-from harness.config.variables import SENSITIVE
+from harness.config.variables import FAILED, SENSITIVE
 from harness.errors import HarnessError, ReportError
-from harness.report.build import files
-from harness.report.store import load
+from harness.report.store import load, recorded, write_atomic
+from harness.run.resume import _arguments
+from harness.split import Shard
 
-MAX_SHARDS = 1024  # far more CI jobs than any build runs; a bigger N is a typo
-TEST_FILES = ("test_*.py", "*_test.py")  # pytest's default python_files, for sharding by file
+FLAGS = ("--num-shards", "--shard-id")  # pytest-shard's, as the user may pass them after --
+DURATIONS = "--harness-durations"  # the plugin's: under harness run, what the run's split weighs by
+_WHOLE = re.compile(r"[0-9]{1,7}")
 
 
-def parse_shard(spec: str | None, env: Mapping[str, str] = os.environ) -> tuple[int, int] | None:
-    """``"i/N"`` (0-based) → ``(i, N)``; with no spec, Buildkite's parallel-job variables fill it."""
+def parse_shard(spec: str | None, env: Mapping[str, str] = os.environ) -> Shard | None:
+    """``"i/N"`` (0-based) → ``Shard``; with no spec, Buildkite's parallel-job variables fill it."""
     source = "--shard"
     if spec is None:
         job, jobs = env.get("BUILDKITE_PARALLEL_JOB"), env.get("BUILDKITE_PARALLEL_JOB_COUNT")
@@ -34,34 +38,69 @@ def parse_shard(spec: str | None, env: Mapping[str, str] = os.environ) -> tuple[
             missing = "BUILDKITE_PARALLEL_JOB" if job is None else "BUILDKITE_PARALLEL_JOB_COUNT"
             raise HarnessError(f"{missing} is not set but its partner is; cannot pick a shard")
         spec, source = f"{job}/{jobs}", "BUILDKITE_PARALLEL_JOB/BUILDKITE_PARALLEL_JOB_COUNT"
-    parsed = split.shard_of(spec)
-    if parsed is None:
-        raise HarnessError(
-            f"{source} {spec!r} is not 'i/N' with whole numbers of up to 6 digits (0-based i, e.g. 0/4)"
-        )
-    index, count = parsed
-    if count > MAX_SHARDS:
-        raise HarnessError(f"{source} {spec!r}: N may be at most {MAX_SHARDS}")
-    if count < 1 or index >= count:
-        raise HarnessError(f"{source} {spec!r} is out of range: need 0 <= i < N and N >= 1")
-    return index, count
+    return Shard.parse(spec, source)
 
 
-def durations_from(path: str | os.PathLike[str]) -> dict[str, float]:
-    """File → seconds it took last time, from a ``report.json`` or the run directory holding one.
+def flags(extra: list[str]) -> tuple[Shard | None, str | None, list[str]]:
+    """pytest-shard's ``--num-shards``/``--shard-id`` and the plugin's ``--harness-durations`` among the
+    arguments after ``--``, read as pytest reads them (``--flag V`` or ``--flag=V``, no abbreviation, the
+    last one counts): the shard they ask for, the durations, and the arguments without them (the run makes
+    the split, so neither its collection nor any phase's pytest splits again, and no pytest takes the
+    durations file for a test path). A half pair, a value that is not a whole number, an id out of range:
+    one ``HarnessError`` line."""
+    found: dict[str, str] = {}
+    kept: list[str] = []
+    index = 0
+    while index < len(extra):
+        arg = extra[index]
+        if arg == "--":  # what follows is pytest's positional arguments
+            kept += extra[index:]
+            break
+        name = next((flag for flag in (*FLAGS, DURATIONS) if arg == flag or arg.startswith(flag + "=")), None)
+        if name is None:
+            kept.append(arg)
+        elif arg == name:
+            found[name] = extra[index + 1] if index + 1 < len(extra) else ""
+            index += 1
+        else:
+            found[name] = arg[len(name) + 1 :]
+        index += 1
+    values: dict[str, int | None] = {}
+    for name in FLAGS:
+        value = found.get(name)
+        if value is not None and not _WHOLE.fullmatch(value):
+            raise HarnessError(f"pytest argument {name} {str(value)[:40]!r}: expected a whole number")
+        values[name] = None if value is None else int(value)
+    return split.from_flags(values["--num-shards"], values["--shard-id"]), found.get(DURATIONS) or None, kept
 
-    A file's seconds are its tests' setup, call and teardown, so the runner starts its fixtures made are in.
-    """
-    report = load(Path(path))
-    try:
-        return {_key(file): float(entry["wall_s"]) for file, entry in files(report["tests"]).items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise ReportError(f"{path}: a test entry lacks a usable file or duration ({error!r})") from None
+
+def decide(
+    shard: Shard, own: Mapping[str, list[str]], durations: str | None, rootdir: Path | None
+) -> tuple[dict[str, list[str]], dict]:
+    """The run's one split: per phase, this shard's node ids (of ``own``, each phase's tests that no
+    earlier phase selects), and what the shard records of it (``harness.split.Plan.record``). Units are
+    whole files; ``durations`` (a report.json or run directory, JUnit XML or ``.test_durations``) weigh them,
+    else pytest-split's ``.test_durations`` in the rootdir if there is one."""
+    path = durations or _test_durations(rootdir)
+    seconds, source, _ = recorded(path) if path else ({}, "none", None)
+    described = f"{source} {Path(path).name}" if path else source
+    selection = [nodeid for tests in own.values() for nodeid in tests]
+    made = split.plan(selection, shard.count, seconds, split.History())
+    record = {**made.record(shard, {"durations": described, "units": "file"}), "source": described}
+    mine = set(record["assigned"])
+    return {phase: [n for n in tests if n in mine] for phase, tests in own.items()}, record
+
+
+def _test_durations(rootdir: Path | None) -> str | None:
+    found = rootdir / ".test_durations" if rootdir else None
+    return str(found) if found is not None and found.is_file() else None
 
 
 def configurations_from(path: str | os.PathLike[str]) -> dict[str, str]:
     """Node id → fingerprint of the first vLLM configuration the test itself started or was handed warm,
-    or ``reuse-sensitive`` for a test that failed on a handed-on engine and passed on fresh ones.
+    or ``reuse-sensitive`` for a test that failed on a handed-on engine and passed on fresh ones, or
+    ``failed`` (before its fingerprint, if any) for a test that failed there (the reuse safety net does not
+    run it again).
 
     Starts made by a wider-scoped fixture are left out: ordering tests cannot move those.
     """
@@ -87,68 +126,29 @@ def configurations_from(path: str | os.PathLike[str]) -> dict[str, str]:
         test = finding.get("test") if isinstance(finding, dict) else None
         if isinstance(test, str) and finding.get("type") == SENSITIVE:
             first[test] = SENSITIVE
+    for result in report.get("tests", []):  # failed there: a failure on a handed-on engine is its own
+        test = result.get("nodeid") if isinstance(result, dict) else None
+        if isinstance(test, str) and result.get("outcome") in ("failed", "error"):
+            first[test] = f"{FAILED} {first[test]}" if test in first else FAILED
     return first
 
 
-def assign(files: Iterable[str], count: int, durations: Mapping[str, float] | None = None) -> list[list[str]]:
-    """Split ``files`` into ``count`` shards, each file in exactly one (``harness.split.assign``, the split
-    ``--num-shards`` makes of groups of tests): by their recorded seconds, keyed by the path every job agrees
-    on; each shard keeps the files in the order given, so pytest still runs them in collection order."""
-    ordered = list(dict.fromkeys(files))
-    keys = {file: _key(file) for file in ordered}
-    by_key = split.assign(keys.values(), count, durations)
-    owner = {key: shard for shard, found in enumerate(by_key) for key in found}
-    shards: list[list[str]] = [[] for _ in range(count)]
-    for file in ordered:
-        shards[owner[keys[file]]].append(file)
-    return shards
+def arguments_file(
+    out: Path, phase: str, tests: list[str], collected: list[str], rootdir: Path | None
+) -> Path:
+    """``resume/<phase>.args`` in the run directory (pytest reads it as ``@FILE``): the arguments that
+    run exactly ``tests`` of the phase's ``collected`` node ids, paths made relative to the working
+    directory where pytest's rootdir is another."""
+    lines = _arguments([_here(t, rootdir) for t in tests], [_here(t, rootdir) for t in collected])
+    path = out / "resume" / f"{phase}.args"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, "".join(f"{line}\n" for line in lines))
+    return path
 
 
-def _key(file: str) -> str:
-    """The path every job agrees on: relative to the working directory, POSIX, no ``./``."""
-    path = Path(file)
-    if path.is_absolute():
-        try:
-            path = path.relative_to(Path.cwd())
-        except ValueError:
-            pass
-    return PurePosixPath(path.as_posix()).as_posix()
-
-
-def test_files(paths: tuple[str, ...]) -> list[str]:
-    """Test files under ``paths`` (files as given, directories searched), POSIX and sorted: shard units."""
-    found: list[str] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found += sorted(
-                PurePosixPath(p).as_posix() for pattern in TEST_FILES for p in path.rglob(pattern)
-            )
-        else:
-            found.append(PurePosixPath(path).as_posix())
-    return list(dict.fromkeys(found))
-
-
-def _under(file: str, paths: tuple[str, ...]) -> bool:
-    return any(file == p or file.startswith(p + "/") for p in (PurePosixPath(q).as_posix() for q in paths))
-
-
-def shard_paths(suite: Suite, shard: tuple[int, int], durations: dict | None) -> dict[str, tuple[str, ...]]:
-    """Per phase, the files of this shard: the whole suite's files are split once, so every phase of a
-    shard job runs the same files and a file's engines start in one job only."""
-    mine = _mine(suite, shard, durations)
-    return {phase.name: tuple(f for f in mine if _under(f, phase.paths)) for phase in suite.phases}
-
-
-def predicted(suite: Suite, shard: tuple[int, int], durations: dict | None) -> float | None:
-    """The recorded seconds of this shard's files (None without durations): what the split expects."""
-    if not durations:
-        return None
-    files = _mine(suite, shard, durations)
-    known = [durations[_key(f)] for f in files if _key(f) in durations]
-    median = statistics.median(durations.values())
-    return round(sum(known) + median * (len(files) - len(known)), 3)
-
-
-def _mine(suite: Suite, shard: tuple[int, int], durations: dict | None) -> list[str]:
-    files = test_files(tuple(dict.fromkeys(p for phase in suite.phases for p in phase.paths)))
-    return assign(files, shard[1], durations)[shard[0]]
+def _here(nodeid: str, rootdir: Path | None) -> str:
+    """A node id (relative to pytest's rootdir) as a command-line argument from the working directory."""
+    if rootdir is None or rootdir == Path.cwd():
+        return nodeid
+    file, sep, rest = nodeid.partition("::")
+    return Path(os.path.relpath(rootdir / file)).as_posix() + sep + rest

@@ -24,7 +24,6 @@ from harness.platform import detect
 from harness.tracking import context, patches
 
 T = TypeVar("T")
-GPU_PLATFORMS = ("cuda", "rocm", "xpu")
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ def in_child(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     picklable, as for any ``multiprocessing`` call; its exceptions are raised here.
     """
     here = context.current()
-    if here.platform.name not in GPU_PLATFORMS:
+    if not here.platform.gpu:
         return function(*args, **kwargs)
     writer = here.writer
     recording = _Recording(

@@ -42,6 +42,9 @@ class Context:
         self.pool: Any = None
         self.shelf: Any = None
         self.unchecked: list[Any] = []  # stopped runs whose release is not checked yet
+        # runner starts of this process and their seconds, and the starts reuse avoided and theirs: what a
+        # rerun of a test cost and used (``pytest_plugin.reruns``)
+        self.starts, self.started_s, self.reused, self.reused_s = 0, 0.0, 0, 0.0
         self._holders: Holders | None = None
         self._lock = threading.Lock()
 

@@ -22,6 +22,7 @@ from typing import Any
 from harness.ledger.writer import LedgerWriter
 from harness.platform import allocator
 from harness.tracking.context import current
+from harness.tracking.reuse import REPLAY, TAKE
 from harness.tracking.starts import Run
 
 
@@ -47,7 +48,8 @@ class Shelf:
     def take(self, key: str) -> Any | None:
         """The kept model of configuration ``key``, handed on and recorded; None: load it."""
         kept = self.kept.get(key)
-        if kept is None:
+        pool = current().pool  # the running test's mode: a fresh retry or a fresh_engine test takes none
+        if kept is None or (pool is not None and pool.mode not in (TAKE, REPLAY)):
             return None
         if _in_use(kept):  # the load goes on beside it; the shelf keeps the newer one
             return None
@@ -60,6 +62,8 @@ class Shelf:
         if holder is not None:  # blocked starts name the test that holds it now
             holder.owner = owner
             current().holders.hold(holder)
+        current().reused += 1
+        current().reused_s += kept.run.startup_s or 0.0
         self.writer.write(
             "runner-reused",
             runner=kept.run.id,
@@ -168,7 +172,8 @@ def digest(model: Any) -> str:
             getattr(module, "_backward_pre_hooks", {}),
         )
         parts.append((name, *(tuple(h) for h in hooks)))
-    as_json = getattr(getattr(model, "config", None), "to_json_string", None)
-    if as_json is not None:
-        parts.append(as_json())
+    for name in ("config", "generation_config"):  # a generation config edited in place changes generate()
+        as_json = getattr(getattr(model, name, None), "to_json_string", None)
+        if as_json is not None:
+            parts.append(as_json())
     return hashlib.sha256(repr(parts).encode()).hexdigest()

@@ -25,7 +25,7 @@ from harness.tracking.context import current
 
 
 def _patch_transformers(module) -> None:
-    from harness.tracking.starts import fingerprint, normalise, starting
+    from harness.tracking.starts import fingerprint, local_files, normalise, starting
 
     cls = module.PreTrainedModel
     original = cls.from_pretrained.__func__
@@ -37,6 +37,8 @@ def _patch_transformers(module) -> None:
         __tracebackhide__ = True
         config = normalise(original, (klass, *args), kwargs)
         config["class"] = klass.__name__
+        if (files := local_files(config.get("pretrained_model_name_or_path"))) is not None:
+            config["model_files"] = files  # a local checkpoint rewritten is another model
         shelf = current().shelf
         key = None if shelf is None else fingerprint("hf", config)
         if key is not None and (kept := shelf.take(key)) is not None:
@@ -55,7 +57,7 @@ def _patch_transformers(module) -> None:
 
 
 def _patch_sentence_transformers(module) -> None:
-    from harness.tracking.starts import fingerprint, normalise, starting
+    from harness.tracking.starts import fingerprint, local_files, normalise, starting
 
     cls = module.SentenceTransformer
     original = cls.__init__
@@ -67,6 +69,8 @@ def _patch_sentence_transformers(module) -> None:
     def key(klass, args, kwargs) -> tuple[dict, str | None]:
         config = normalise(original, (None, *args), kwargs)
         config["class"] = klass.__name__
+        if (files := local_files(config.get("model_name_or_path"))) is not None:
+            config["model_files"] = files
         return config, None if current().shelf is None else fingerprint("hf", config)
 
     @functools.wraps(original_new)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -29,6 +30,12 @@ from harness.tracking.context import current
 from harness.tracking.starts import Run
 
 FRESH_MARKER = "the next test asked for a fresh engine (fresh_engine marker)"
+
+# what the running test may do with the pool (``Pool.mode``), one value per test:
+TAKE = "take"  # take warm engines and leave what it closes warm (the default)
+LEAVE = "leave-only"  # start its own, and leave them warm after it (the safety net's fresh retry)
+FRESH = "fresh"  # start its own and leave nothing (the fresh_engine marker)
+REPLAY = "replay"  # take only the engines its failed try was handed (``held``), leave nothing
 
 
 class Keeper(Protocol):
@@ -55,6 +62,7 @@ class Started:
     base: str | None = None
     environment: dict[str, str] = field(default_factory=dict)
     fresh: bool = False
+    objects: dict[str, list[int]] = field(default_factory=dict)  # per argument, its objects' identities
 
 
 @dataclass
@@ -85,13 +93,29 @@ class Pool:
         self.writer, self.capacity = writer, capacity
         self.warm: dict[str, Warm] = {}
         self.started: weakref.WeakKeyDictionary[Any, Started] = weakref.WeakKeyDictionary()
-        self.fresh = False  # the running test carries the fresh_engine marker: it neither takes nor leaves
-        self.taking = True  # the running test may be handed a warm engine
+        self.mode = TAKE  # what the running test may do with the pool
         self.failed = False  # the running test failed: what it closes is not parked
         self.handed = 0  # engines handed on during the running test
+        self.given: weakref.WeakSet[Any] = weakref.WeakSet()  # those engines
+        # engines handed to the running test that it closed with a refusal or failed on: kept (refusal
+        # written, stop deferred) until its outcome is known, so that a replay of the test can be handed
+        # the very engine it failed on (``pytest_plugin.reuse``); shut down when that is decided
+        self.held: dict[str, Warm] = {}
         self.inherited: list[Warm] = []  # a forked child's: its parent's, never touched (see _forked)
         self.pid = os.getpid()  # the process whose engines these are
         _pools.add(self)
+        # registered after its writer's (which holds its lock over a fork), so it runs before that one
+        mine = weakref.ref(self)
+        os.register_at_fork(before=lambda: _forking(mine()))
+
+    @property
+    def fresh(self) -> bool:
+        """The running test leaves nothing warm (the fresh_engine marker)."""
+        return self.mode == FRESH
+
+    @fresh.setter
+    def fresh(self, value: bool) -> None:
+        self.mode = FRESH if value else TAKE
 
     def track(
         self,
@@ -101,31 +125,39 @@ class Pool:
         key: str = "",
         base: str | None = None,
         environment: dict[str, str] | None = None,
+        objects: dict[str, list[int]] | None = None,
     ) -> None:
         """Remember how ``engine`` began (the instrumented constructor calls this)."""
-        self.started[engine] = Started(run, state, key, base, environment or {}, self.fresh)
+        self.started[engine] = Started(run, state, key, base, environment or {}, self.fresh, objects or {})
 
     def holds(self, engine: Any) -> bool:
-        return any(warm.engine is engine for warm in self.warm.values())
+        return any(warm.engine is engine for warm in (*self.warm.values(), *self.held.values()))
 
     def drop(self, engine: Any) -> None:
         """Forget a parked engine its owner stops after all (a second shutdown): it is not handed on."""
-        for key in [k for k, warm in self.warm.items() if warm.engine is engine]:
-            del self.warm[key]
+        for kept in (self.warm, self.held):
+            for key in [k for k, warm in kept.items() if warm.engine is engine]:
+                del kept[key]
 
     def take(
-        self, key: str, base: str | None = None, environment: dict[str, str] | None = None
+        self,
+        key: str,
+        base: str | None = None,
+        environment: dict[str, str] | None = None,
+        objects: dict[str, list[int]] | None = None,
     ) -> Any | None:
         """The warm engine of configuration ``key``, handed on and recorded; None when there is none.
 
-        A warm engine of the same arguments (``base``) under another ``VLLM_*`` environment is not handed
-        on: the refusal names the variables that differ.
+        A warm engine of the same arguments by value (``base``) under another environment, or with another
+        object (not data: compared by identity) in an argument, is not handed on: the refusal names the
+        variables or arguments that differ.
         """
-        if self.fresh or not self.taking:
+        if self.mode not in (TAKE, REPLAY):
             return None
-        warm = self.warm.pop(key, None)
+        warm = (self.held if self.mode == REPLAY else self.warm).pop(key, None)
         if warm is None:
-            self._refuse_other_environment(base, environment or {})
+            if self.mode == TAKE:
+                self._refuse_near(base, environment or {}, objects or {})
             return None
         began = time.monotonic()
         reason = warm.alive(warm.engine)
@@ -134,6 +166,7 @@ class Pool:
             self._stop(warm)
             return None
         self.handed += 1
+        self.given.add(warm.engine)
         context = current()
         owner = context.owner.current()
         run = warm.run
@@ -142,6 +175,8 @@ class Pool:
             if holder is not None:  # blocked starts name the test that holds the engine now
                 holder.owner = owner
                 context.holders.hold(holder)
+        context.reused += 1
+        context.reused_s += getattr(run, "startup_s", None) or 0.0
         self.writer.write(
             "runner-reused",
             runner=run.id if run else None,
@@ -178,8 +213,13 @@ class Pool:
         fresh = fresh or self.fresh or (began is not None and began.fresh)
         checking = time.monotonic()
         reason = refused or self._against() or _refusal(engine, began, fresh, reset, state)
+        if self.mode == REPLAY and reason is None:
+            reason = "it served the replay of a failed test"
         if reason is not None:
             self._refused(key, began.run if began else None, reason)
+            if engine in self.given and self.mode == TAKE and self.pid == os.getpid():
+                self.held[key] = Warm(engine, began, shutdown, release, alive, None, 0.0)
+                return True  # stopped once its test's outcome is known (``let_go``)
             return False
         if key in self.warm:  # two runners of one configuration were alive at once: keep the later
             self._shut(key)
@@ -196,39 +236,51 @@ class Pool:
         return None
 
     def test_failed(self, test: str) -> None:
-        """``test`` failed: the engines it parked are shut down, and what it closes from now on is not
-        parked (a test that fails may have left its engine in any state)."""
+        """``test`` failed: the engines it parked are shut down (those handed to it are held for its
+        replay), and what it closes from now on is not parked (a test that fails may have left its engine
+        in any state)."""
         self.failed = True
         for key in [k for k, warm in self.warm.items() if warm.test == test]:
             self._refused(key, self.warm[key].run, "its test failed", test=test)
-            self._shut(key)
+            warm = self.warm.pop(key)
+            if warm.engine in self.given and self.mode == TAKE:
+                self.held[key] = warm
+            else:
+                self._stop(warm)
 
-    def next_test(self, test: str, fresh: str | None = None, leave: bool = False) -> None:
-        """``test`` begins: it asks for fresh engines (``fresh``: why) or not, and may leave what it starts
-        warm (``leave``: the safety net's retry) or not (``fresh_engine``); nothing was handed to it yet."""
-        self.failed, self.handed, self.fresh, self.taking = False, 0, False, True
+    def let_go(self) -> None:
+        """The running test's outcome is known: the engines held for its replay are shut down."""
+        while self.held:
+            self._stop(self.held.pop(next(iter(self.held))))
+
+    def next_test(self, test: str, fresh: str | None = None, mode: str = TAKE) -> None:
+        """``test`` (or another try of it) begins in ``mode``; ``fresh`` (why) shuts every warm engine down
+        first (a ``FRESH`` or ``LEAVE`` test); nothing was handed to it yet."""
+        self.failed, self.handed, self.mode = False, 0, TAKE
+        self.given = weakref.WeakSet()
+        if mode != REPLAY:
+            self.let_go()
         if fresh is not None:
             self.fresh_test(test, fresh)
-            self.fresh, self.taking = not leave, False
+        self.mode = mode
 
     def fresh_test(self, test: str, reason: str = FRESH_MARKER) -> None:
         """A test that asks for fresh engines begins: every warm engine is shut down, each with the reason."""
-        self.fresh = True
+        self.mode = FRESH
+        self.let_go()
         while self.warm:
             key = next(iter(self.warm))
             self._refused(key, self.warm[key].run, reason, test=test)
             self._shut(key)
 
-    def _refuse_other_environment(self, base: str | None, environment: dict[str, str]) -> None:
+    def _refuse_near(
+        self, base: str | None, environment: dict[str, str], objects: dict[str, list[int]]
+    ) -> None:
+        """A warm engine of the same arguments by value that this start may not have: why, by name."""
         for key, warm in self.warm.items():
             if base is None or warm.began is None or warm.began.base != base:
                 continue
-            started = warm.began.environment
-            names = sorted(
-                n for n in started.keys() | environment.keys() if started.get(n) != environment.get(n)
-            )
-            differ = ", ".join(f"{n}={started.get(n)!r} -> {environment.get(n)!r}" for n in names)
-            self._refused(key, warm.run, f"the environment vLLM reads differs from its start's ({differ})")
+            self._refused(key, warm.run, _differs(warm.began, environment, objects))
 
     def _refused(self, key: str, run: Run | None, reason: str, test: str | None = None) -> None:
         self.writer.write(
@@ -244,6 +296,8 @@ class Pool:
         """Before a start no warm engine serves: shut warm engines down, oldest first, until at most ``keep``
         (default ``capacity - 1``) remain and their declared fractions leave room for ``fraction``."""
         keep = self.capacity - 1 if keep is None else keep
+        if keep < self.capacity:  # a start: engines held for a replay give way too
+            self.let_go()
         while self.warm and (len(self.warm) > keep or not self._fits(fraction)):
             self._shut(next(iter(self.warm)))
 
@@ -263,17 +317,35 @@ class Pool:
 
     def close(self) -> None:
         """Shut every warm engine down (the session ends)."""
+        self.let_go()
         while self.warm:
             self._shut(next(iter(self.warm)))
 
     def forked(self) -> None:
         """In a forked child: the parent's warm engines are kept out of reach, never stopped here (their
         finalizers would shut the parent's engine down) nor handed on (their sockets are the parent's)."""
-        self.inherited.extend(self.warm.values())
-        self.warm = {}
+        self.inherited.extend([*self.warm.values(), *self.held.values()])
+        self.warm, self.held = {}, {}
 
 
 _pools: weakref.WeakSet[Pool] = weakref.WeakSet()
+
+FORKING = "a test forks a process: warm engines give way to what its child starts, as without reuse they "
+FORKING += "would be gone"
+
+
+def _forking(pool: Pool | None) -> None:
+    """A test forks (vLLM's ``fork_new_process_for_each_test``): engines only reuse keeps alive are shut
+    down first, so they never block (or share memory with) what the child starts. A fork within a start
+    (vLLM forking its engine process) or outside a test leaves them."""
+    starts = sys.modules.get("harness.tracking.starts")
+    if pool is None or (starts is not None and getattr(starts._starting, "active", False)):
+        return
+    test = current().owner.current().test
+    if pool.pid == os.getpid() and (pool.warm or pool.held) and test:
+        mode = pool.mode
+        pool.fresh_test(test, FORKING)
+        pool.mode = mode
 
 
 def _forked() -> None:
@@ -305,4 +377,37 @@ def _changed(before: str, now: str) -> str:
         return "configuration"
     if not isinstance(then, dict) or not isinstance(later, dict):
         return "configuration"
-    return " and ".join(k for k in dict.fromkeys([*then, *later]) if then.get(k) != later.get(k))
+    named = []
+    for part in dict.fromkeys([*then, *later]):
+        was, now_ = then.get(part), later.get(part)
+        if was == now_:
+            continue
+        if isinstance(was, dict) and isinstance(now_, dict):  # name the attributes that differ
+            names = [n for n in dict.fromkeys([*was, *now_]) if was.get(n) != now_.get(n)]
+            part = f"{part}{'s' if len(names) > 1 else ''} {', '.join(names)}"
+        named.append(part)
+    return " and ".join(named)
+
+
+def _differs(began: Started, environment: dict[str, str], objects: dict[str, list[int]]) -> str:
+    """What differs between an engine's start and a start of the same arguments by value: the variables
+    (with their values where vLLM lists them, ``vllm_engine.environment``) and the arguments holding
+    another object."""
+    from harness.tracking.vllm_engine import environment as listed
+
+    started = began.environment
+    names = sorted(n for n in started.keys() | environment.keys() if started.get(n) != environment.get(n))
+    shown = listed({**started, **environment})
+    variables = [f"{n}={started.get(n)!r} -> {environment.get(n)!r}" if n in shown else n for n in names]
+    arguments = sorted(
+        n for n in began.objects.keys() | objects.keys() if began.objects.get(n) != objects.get(n)
+    )
+    parts = []
+    if variables:
+        parts.append(f"the environment vLLM reads differs from its start's ({', '.join(variables)})")
+    if arguments:
+        parts.append(
+            f"{', '.join(arguments)} {'holds' if len(arguments) == 1 else 'hold'} another object than at its "
+            "start (an object that is not data is compared by identity)"
+        )
+    return "; ".join(parts) or "its configuration differs from its start's"

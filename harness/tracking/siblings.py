@@ -33,8 +33,10 @@ def refresh(context: Context) -> None:
         if isinstance(holder.key, tuple) and holder.key[0] == KEY:
             holders.release(holder.key)
     devices = {d.uuid: (d.index, d.total_bytes) for d in context.platform.devices()}
+    own = {holder.key for holder in holders.on()}  # a forked child's include its parent's runners
     for path, record in live_runners(writer.directory, writer.worker, writer.path):
-        holders.hold(_holder(path, record, devices))
+        if record["id"] not in own:  # counted once: not again as "of another process"
+            holders.hold(_holder(path, record, devices))
 
 
 def _holder(path: Path, record: Record, devices: dict[str, tuple[int, int]]) -> Holder:

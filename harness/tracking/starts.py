@@ -8,6 +8,8 @@ live holder and records its stop (explicit, or when the object is collected).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 import functools
 import hashlib
 import inspect
@@ -26,6 +28,7 @@ from harness.memory import admission
 from harness.memory.waits import wait_for_memory
 from harness.platform import allocator
 from harness.platform.base import GIB, Platform
+from harness.tracking import compile_cache
 from harness.tracking.attribution import CHILD, FIXTURE
 from harness.tracking.context import current
 
@@ -52,8 +55,43 @@ def _used(keys: dict[int, str]) -> dict[str, int]:
 
 
 def _json_safe(value: Any) -> Any:
-    """Config values as JSON; objects become their text without memory addresses (stable fingerprints)."""
-    return json.loads(json.dumps(value, default=lambda o: re.sub(r" at 0x[0-9a-f]+", "", str(o))))
+    """Config values as JSON, data by value: a dataclass (vLLM's ``*Config``) or pydantic model as its class
+    and fields, an enum as its member, a set sorted, a path as text; any other object as its text without
+    memory addresses (stable fingerprints; ``vllm_engine.reuse_key`` adds such objects' identity)."""
+    try:
+        return json.loads(json.dumps(value, default=as_data))
+    except (ValueError, RecursionError):  # a cycle: its text alone
+        return json.loads(json.dumps(value, default=_text))
+
+
+def as_data(value: Any) -> Any:
+    """``value`` as JSON-able data where it is data (see ``_json_safe``); else its text."""
+    kind = type(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+        return {"__class__": kind.__qualname__, **fields}
+    if callable(getattr(value, "model_dump", None)) and hasattr(kind, "model_fields"):  # pydantic
+        return {"__class__": kind.__qualname__, **value.model_dump()}
+    if isinstance(value, enum.Enum):
+        return f"{kind.__qualname__}.{value.name}"
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return _text(value)
+
+
+def is_data(value: Any) -> bool:
+    """Whether ``as_data`` takes ``value`` by value (else it is an object, compared by identity)."""
+    return (
+        (dataclasses.is_dataclass(value) and not isinstance(value, type))
+        or (callable(getattr(value, "model_dump", None)) and hasattr(type(value), "model_fields"))
+        or isinstance(value, enum.Enum | set | frozenset | os.PathLike)
+    )
+
+
+def _text(value: Any) -> str:
+    return re.sub(r" at 0x[0-9a-f]+", "", str(value))
 
 
 def normalise(function, args: tuple, kwargs: dict) -> dict:
@@ -85,6 +123,36 @@ def _equal(a, b) -> bool:
         return bool(a == b)
     except Exception:  # tensors and arrays compare element-wise
         return False
+
+
+SMALL_FILE = 1 << 20  # a local model's files up to this size are keyed by their content
+MOST_FILES = 10_000  # a folder with more is keyed by those it lists first
+
+
+def local_files(path: object) -> str | None:
+    """A local model or checkpoint's absolute place and a digest of its files (each file's path below it,
+    size and change time, and the content of small ones: ``config.json``, ``generation_config.json``, the
+    tokenizer's), so rewritten files are another model; None when ``path`` is not a local path."""
+    if not isinstance(path, str | os.PathLike) or not os.path.exists(path):
+        return None
+    where = os.path.abspath(path)
+    digest = hashlib.sha256()
+    try:
+        if os.path.isdir(where):
+            listed = sorted(
+                os.path.join(folder, name) for folder, _, names in os.walk(where) for name in names
+            )[:MOST_FILES]
+        else:
+            listed = [where]
+        for file in listed:
+            status = os.stat(file)
+            digest.update(f"{os.path.relpath(file, where)} {status.st_size} {status.st_mtime_ns}\n".encode())
+            if status.st_size <= SMALL_FILE:
+                with open(file, "rb") as handle:
+                    digest.update(hashlib.sha256(handle.read()).digest())
+    except OSError as error:  # unreadable: its place and what stopped the walk
+        digest.update(type(error).__name__.encode())
+    return f"{where} {digest.hexdigest()[:12]}"
 
 
 def fingerprint(kind: str, config: dict) -> str:
@@ -132,6 +200,7 @@ class Run:
         self.pids: set[int] = set()  # its engine processes, known once it has started
         self.stopped = False
         self.startup_s: float | None = None
+        self.compile: str | None = None  # a vLLM start's compile caches: "warm", "cold" or None
 
     def label(self) -> str:
         return f"{self.kind} runner `{self.model}`"
@@ -143,6 +212,8 @@ class Run:
 
     def started(self, startup_s: float) -> None:
         self.startup_s = round(startup_s, 3)
+        context = current()
+        context.starts, context.started_s = context.starts + 1, context.started_s + self.startup_s
         self.pids = _children() - self.children_before
         held = self.held()
         self.writer.write(
@@ -151,6 +222,7 @@ class Run:
             startup_s=round(startup_s, 3),
             mem_after_start=_used(self.keys),
             held_after_start={self.keys[i]: b for i, b in held.items()},
+            **({"compile": self.compile} if self.kind == "vllm" else {}),
         )
         current().holders.hold(
             admission.Holder(
@@ -374,10 +446,13 @@ def starting(
                 overlap=context.settings.overlap,
                 warn=functools.partial(_overlap_finding, run),
             )
+            cache = compile_cache.Snapshot.take() if kind == "vllm" else None  # after any wait: its own
             yield run
         except BaseException as error:
             _failed(run, error, time.monotonic() - began, context.holders)
             raise
+        if cache is not None:
+            run.compile = compile_cache.judge(cache, compile_cache.Snapshot.take(), compile_cache.compiles(config))
         run.started(time.monotonic() - began)
     finally:
         _starting.active = False

@@ -12,6 +12,7 @@ start (configuration, tokenizer, generation defaults, weight version) is compare
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import hashlib
@@ -20,6 +21,7 @@ import json
 import os
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,10 +42,14 @@ class Use:
     random: bool = False  # a request sampled without a seed of its own: the workers' random state moved on
     rpc: str | None = None  # code sent to its workers (collective_rpc, apply_model): weights may differ
     deep_sleep: bool = False  # slept at level 2: its weights were discarded
+    profiling: bool = False  # its profiler was started and not stopped (the reset stops it)
+    requests: int = 0  # requests added to it so far
+    parked_at: int | None = None  # ``requests`` when it was parked: one more since, and it was not quiet
 
 
 _stops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> its engine's real stop
 _uses: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> Use
+_warned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> the warnings its start emitted
 # LLMs being decided or refused: a second shutdown meanwhile (vLLM's monitor thread shuts a dead engine
 # down again) only stops them, with no second decision
 _deciding: weakref.WeakSet = weakref.WeakSet()
@@ -76,10 +82,20 @@ def patch_llm(module) -> None:
             except TypeError:  # arguments LLM itself refuses: its __init__ says so
                 config = None
             engine = (
-                None if config is None else pool.take(reuse_key(config, args, kwargs), arguments, variables)
+                None
+                if config is None
+                else pool.take(
+                    reuse_key(config, args, kwargs),
+                    arguments,
+                    variables,
+                    objects_by_argument(original, (None, *args), kwargs),
+                )
             )
             if engine is not None:
                 handed.add(engine)
+                if (use := _uses.get(engine)) is not None:
+                    use.parked_at = None  # in use again
+                _warn_again(engine)
                 return engine
         if previous_new is object.__new__:  # object's takes no arguments
             return object.__new__(klass)
@@ -101,16 +117,31 @@ def patch_llm(module) -> None:
         if current().shelf is not None:  # kept HF models go where the engine needs their memory
             current().shelf.make_room(fraction)
         with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
-            original(self, *args, **kwargs)
+            if pool is None:
+                original(self, *args, **kwargs)
+            else:  # what it warns is warned again to each test it is handed to, which runs no __init__
+                with warnings.catch_warnings(record=True) as warned:
+                    warnings.simplefilter("always")  # every one, whatever this test's filters
+                    original(self, *args, **kwargs)
+                _warned[self] = warned
         learn(variables)
         if run is not None:
             watch_engine(self, run)
         if pool is not None:
-            pool.track(self, run, state(self), reuse_key(config, args, kwargs), arguments, variables)
+            objects = objects_by_argument(original, (self, *args), kwargs)
+            pool.track(self, run, state(self), reuse_key(config, args, kwargs), arguments, variables, objects)
+            _warn_again(self)  # under this test's filters, once the engine is tracked
 
     __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__new__ = staticmethod(__new__)
     cls.__init__ = __init__
+
+
+def _warn_again(llm) -> None:
+    """The warnings ``llm``'s start emitted, emitted again under the current filters (a test may expect
+    one with ``pytest.warns``; ``-W error`` raises it as a fresh start would)."""
+    for message in _warned.get(llm, ()):
+        warnings.warn_explicit(message.message, message.category, message.filename, message.lineno)
 
 
 def patch_server(module) -> None:
@@ -149,7 +180,7 @@ def declared_share(value, config: dict) -> float:
         return float(value)
     extensible = config.get("enable_extensible_kv_cache")
     if extensible is None:
-        extensible = current().platform.name in ("cuda", "rocm")
+        extensible = current().platform.extensible_kv_cache
     return 1.0 if extensible else VLLM_DEFAULT_UTILIZATION
 
 
@@ -185,6 +216,12 @@ _set_by_vllm: dict[str, str] = {}  # variables vLLM set itself while building an
 PREFIXES = ("VLLM_", "HF_", "PYTORCH_", "NCCL_")
 
 
+# variables that change no engine and differ between tests of one session: pytest's and xdist's own, the
+# harness's per-test ones, the shell's
+NOT_ENGINE = frozenset(("PYTEST_CURRENT_TEST", "_", "PWD", "OLDPWD", "SHLVL", "COLUMNS", "LINES"))
+NOT_ENGINE_PREFIXES = ("PYTEST_XDIST_", "HARNESS_")
+
+
 def _read_by_vllm() -> frozenset[str]:
     """The variables vLLM reads, from its own list where the loaded vLLM has one."""
     envs = sys.modules.get("vllm.envs")
@@ -192,30 +229,41 @@ def _read_by_vllm() -> frozenset[str]:
     return frozenset(listed if isinstance(listed, dict) else ()) | frozenset(masks.VARIABLES)
 
 
-def environment() -> dict[str, str]:
-    """The variables of this process that change a vLLM engine: vLLM reads them while it builds one (its
-    engine processes inherit them), so they are as much a start's configuration as its arguments. Those
-    vLLM set itself (``learn``) are left out while they keep the value it gave them: the next start of the
-    same configuration finds them set, and must still match."""
-    names = _read_by_vllm()
+def keyed_environment() -> dict[str, str]:
+    """Every variable of this process that may change an engine: all of them, less those known not to
+    (``NOT_ENGINE``) and those vLLM set itself (``learn``) while they keep the value it gave them. vLLM,
+    torch, Triton and the libraries below read variables while an engine is built and in its processes
+    (a ``TRITON_*`` or torch precision switch): a start's configuration as much as its arguments."""
     return {
         name: value
         for name, value in sorted(os.environ.items())
-        if (name in names or name.startswith(PREFIXES)) and _set_by_vllm.get(name) != value
+        if name not in NOT_ENGINE
+        and not name.startswith(NOT_ENGINE_PREFIXES)
+        and _set_by_vllm.get(name) != value
     }
 
 
+def environment(keyed: dict[str, str] | None = None) -> dict[str, str]:
+    """Of ``keyed_environment()``, the variables vLLM lists and those of the libraries it builds on, which
+    the ledger records by value (the rest are in the key by digest)."""
+    names = _read_by_vllm()
+    keyed = keyed_environment() if keyed is None else keyed
+    return {name: value for name, value in keyed.items() if name in names or name.startswith(PREFIXES)}
+
+
 def learn(before: dict[str, str]) -> None:
-    """After vLLM built an engine: the variables set or changed since ``before`` (its ``environment()``)
-    are vLLM's own (it forces ``VLLM_WORKER_MULTIPROC_METHOD=spawn``, for one), not the suite's."""
-    for name, value in environment().items():
+    """After vLLM built an engine: the variables set or changed since ``before`` (its
+    ``keyed_environment()``) are vLLM's own (it forces ``VLLM_WORKER_MULTIPROC_METHOD=spawn``, for one),
+    not the suite's."""
+    for name, value in keyed_environment().items():
         if before.get(name) != value:
             _set_by_vllm[name] = value
 
 
 def vllm_configuration(function, args: tuple, kwargs: dict) -> tuple[dict, str, dict[str, str]]:
-    """A ``vllm.LLM`` call's configuration (``normalise``, the local model's place and files, and
-    ``environment`` when any is set), the fingerprint of its arguments alone, and the environment."""
+    """A ``vllm.LLM`` call's configuration (``normalise``, the local model's place and files, the
+    ``environment`` vLLM reads when any is set, and a digest of the other variables), the fingerprint of
+    its arguments alone, and every keyed variable."""
     from harness.tracking.starts import fingerprint, normalise
 
     config = normalise(function, args, kwargs)
@@ -223,40 +271,67 @@ def vllm_configuration(function, args: tuple, kwargs: dict) -> tuple[dict, str, 
         if (local := _local(config.get(name))) is not None:
             config[f"{name}_files"] = local
     arguments = fingerprint("vllm", config)
-    variables = environment()
+    keyed = keyed_environment()
+    variables = environment(keyed)
     if variables:
         config["environment"] = variables
-    return config, arguments, variables
+    others = {name: value for name, value in keyed.items() if name not in variables}
+    if others:
+        config["other_environment"] = hashlib.sha256(repr(sorted(others.items())).encode()).hexdigest()[:12]
+    return config, arguments, keyed
 
 
 def _local(path: object) -> str | None:
-    """A local model's absolute place and the identity of its files (names, sizes, change times): the same
+    """A local model's absolute place and the identity of its files (``starts.local_files``): the same
     relative path elsewhere, or files changed in place, are another model. None for a hub name."""
-    if not isinstance(path, str) or not os.path.exists(path):
-        return None
-    where = os.path.abspath(path)
-    try:
-        files = sorted(
-            (e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(where) if e.is_file()
-        )
-    except NotADirectoryError:
-        files = [(where, os.stat(where).st_size, os.stat(where).st_mtime_ns)]
-    except OSError as error:  # unreadable: its place alone
-        files = [(type(error).__name__, 0, 0)]
-    return f"{where} {hashlib.sha256(repr(files).encode()).hexdigest()[:12]}"
+    from harness.tracking.starts import local_files
+
+    return local_files(path)
 
 
 def reuse_key(config: dict, args: tuple, kwargs: dict) -> str:
-    """The reuse pool's key of a start: its fingerprint, and the identity of each argument that is not
-    plain data (a callable, an object): two that print alike are the same only if they are one object."""
+    """The reuse pool's key of a start: its fingerprint (data by value: vLLM's ``*Config`` objects built
+    afresh in each call match), and the identity of each object in the arguments that is not data (a
+    callable, an opaque object): two that print alike are the same only if they are one object."""
     from harness.tracking.starts import fingerprint
 
-    objects = [id(v) for v in (*args, *kwargs.values()) if not isinstance(v, _PLAIN)]
+    objects = [id(v) for v in _objects([*args, *kwargs.values()])]
     key = fingerprint("vllm", config)
     return key if not objects else f"{key}-{hashlib.sha256(repr(objects).encode()).hexdigest()[:8]}"
 
 
-_PLAIN = (str, int, float, bool, type(None), list, tuple, dict)
+def objects_by_argument(function, args: tuple, kwargs: dict) -> dict[str, list[int]]:
+    """Per argument name, the identities of the objects in it that are not data (see ``reuse_key``)."""
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs).arguments
+    except TypeError:
+        return {}
+    found = {name: [id(v) for v in _objects([value])] for name, value in bound.items() if name != "self"}
+    return {name: ids for name, ids in found.items() if ids}
+
+
+def _objects(values: list, depth: int = 0) -> list[Any]:
+    """The objects within ``values`` (lists, tuples, dicts, data's fields) that are not data."""
+    from harness.tracking.starts import is_data
+
+    found: list[Any] = []
+    for value in values:
+        if isinstance(value, _PLAIN_SCALARS):
+            continue
+        if depth > 8:  # a structure that deep is not configuration: taken as it is
+            found.append(value)
+        elif isinstance(value, list | tuple | set | frozenset):
+            found += _objects(list(value), depth + 1)
+        elif isinstance(value, dict):
+            found += _objects([*value.keys(), *value.values()], depth + 1)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            found += _objects([getattr(value, f.name, None) for f in dataclasses.fields(value)], depth + 1)
+        elif not is_data(value):
+            found.append(value)
+    return found
+
+
+_PLAIN_SCALARS = (str, int, float, bool, type(None))
 
 # the classes ``tracking.patches`` wraps where vLLM defines them: (module, class, method, wrapper)
 TARGETS = (
@@ -311,6 +386,7 @@ def _watch_use(llm, client) -> None:
     engine = llm.llm_engine
 
     def add_request(add, request, *args, **kwargs):
+        use.requests += 1
         params = getattr(request, "sampling_params", None)
         if getattr(getattr(params, "sampling_type", None), "name", "") == "RANDOM":
             use.random = True
@@ -325,10 +401,20 @@ def _watch_use(llm, client) -> None:
         use.deep_sleep = use.deep_sleep or level >= 2
         return asleep(level, *args, **kwargs)
 
+    def start_profile(start, *args, **kwargs):
+        use.profiling = True
+        return start(*args, **kwargs)
+
+    def stop_profile(stop, *args, **kwargs):
+        use.profiling = False
+        return stop(*args, **kwargs)
+
     for owner, name, watcher in (
         (client, "add_request", add_request),
         (engine, "collective_rpc", collective_rpc),
         (engine, "sleep", sleep),
+        (engine, "start_profile", start_profile),
+        (engine, "stop_profile", stop_profile),
     ):
         if (method := getattr(owner, name, None)) is not None:
             setattr(owner, name, functools.partial(watcher, method))
@@ -375,6 +461,8 @@ def _park(llm, stop: Callable[[], object], own: bool = False) -> bool:
     )
     if parked:  # handed on later, closed again then: decided anew
         _deciding.discard(llm)
+        if (use := _uses.get(llm)) is not None:
+            use.parked_at = use.requests
     return parked
 
 
@@ -409,11 +497,11 @@ def _unparkable(llm, own: bool) -> str | None:
         return why
     if own:
         return None
-    platform = current().platform.name
-    if platform in ("rocm", "xpu"):
-        said = {"rocm": "ROCm", "xpu": "XPU"}[platform]
+    platform = current().platform
+    if platform.waits_for_release:
+        said = platform.display_name
         return f"vLLM's conftest waits on {said} for its memory to be given back after each runner"
-    if platform != "cpu" and os.environ.get("VLLM_TEST_CLEAN_GPU_MEMORY") == "1":
+    if platform.gpu and os.environ.get("VLLM_TEST_CLEAN_GPU_MEMORY") == "1":
         return "VLLM_TEST_CLEAN_GPU_MEMORY=1: vLLM's conftest waits between tests for a nearly empty GPU"
     return None
 
@@ -446,6 +534,9 @@ def alive(llm) -> str | None:
                 return f"its engine process exited (pid {process.pid}, exit code {process.exitcode})"
         if engine.has_unfinished_requests():
             return "requests were left unfinished in it"
+        use = _uses.get(llm)
+        if use is not None and use.parked_at is not None and use.requests != use.parked_at:
+            return "a request reached it after its close (a thread of its test still used it)"
     except Exception as error:  # an engine that cannot say is not one to hand on
         return f"checking it failed: {type(error).__name__}: {error}"
     return None
@@ -465,21 +556,28 @@ def release() -> None:
 
 
 def state(llm) -> str:
-    """What a test can change in an engine that a reset does not put back: its configuration as the engine
-    sees it, its tokenizer, its generation defaults and its weight version ("" where vLLM keeps no
-    ``vllm_config`` there: parking is then refused, see ``_unparkable``)."""
+    """What a test can change in an engine that a reset does not put back, compared as a whole rather than
+    listed: its configuration by value (every field of ``vllm_config`` and the configs below it, so an
+    in-place edit of a limit read per request shows), the ``LLM``'s and its engine's attributes (one
+    replaced or added: a method patched on the instance, a tokenizer swapped), its tokenizer, its
+    generation defaults and its weight version ("" where vLLM keeps no ``vllm_config`` there: parking is
+    then refused, see ``_unparkable``)."""
+    from harness.tracking.starts import _json_safe
+
     try:
         engine = llm.llm_engine
         config = engine.vllm_config
         model = config.model_config
     except AttributeError:
         return ""
-    parts = {
-        "configuration": str(config),
+    parts: dict[str, Any] = {
+        "configuration": hashlib.sha256(json.dumps(_json_safe(config), sort_keys=True).encode()).hexdigest(),
         "generation config": repr(
             (getattr(model, "override_generation_config", None), getattr(model, "generation_config", None))
         ),
         "tokenizer": _tokenizer(llm),
+        "LLM attribute": _attributes(llm, RESET_ATTRIBUTES),
+        "engine attribute": _attributes(engine, ()),
     }
     version = getattr(engine, "get_weight_version", None)
     if version is not None:
@@ -488,6 +586,18 @@ def state(llm) -> str:
         except Exception as error:  # an engine that cannot say is compared by what it says
             parts["weight version"] = type(error).__name__
     return json.dumps(parts)
+
+
+RESET_ATTRIBUTES = ("default_sampling_params",)  # what ``_reset`` puts back itself
+
+
+def _attributes(obj: object, reset: tuple[str, ...]) -> dict[str, str]:
+    """``obj``'s own attributes: plain values by value, the rest by identity (replaced: another object)."""
+    return {
+        name: repr(value) if isinstance(value, _PLAIN_SCALARS) else f"{type(value).__qualname__}@{id(value)}"
+        for name, value in sorted(getattr(obj, "__dict__", {}).items())
+        if name not in reset
+    }
 
 
 TOKENIZER_FIELDS = ("padding_side", "truncation_side", "model_max_length", "chat_template", "add_bos_token")
@@ -540,6 +650,10 @@ def _reset(llm) -> str | None:
         if getattr(config.model_config, "is_multimodal_model", False):
             llm.reset_mm_cache()
             getattr(engine, "reset_encoder_cache", lambda: None)()
+        use = _uses.get(llm)
+        if (use is not None and use.profiling) or getattr(engine, "_profile_session_active", False):
+            engine.stop_profile()
+        getattr(getattr(llm, "request_counter", None), "reset", lambda: None)()  # request ids from 0 again
     except Exception as error:  # an engine that fails here is not one to hand on
         return f"resetting it failed: {type(error).__name__}: {error}"
     llm.default_sampling_params = None

@@ -19,6 +19,7 @@ class FakeCuda:
         self.initialised = False
         self.allocated = 0  # bytes of live tensors
         self.cached = 0  # bytes freed by tensors, kept by the allocator
+        self.peak = 0  # the most bytes reserved since the last reset_peak_memory_stats
 
     # -- torch.cuda's API --------------------------------------------------------------------------------
     def is_initialized(self) -> bool:
@@ -36,12 +37,22 @@ class FakeCuda:
     def memory_allocated(self, device: int = 0) -> int:
         return self.allocated
 
+    def device_count(self) -> int:
+        return 1
+
+    def max_memory_reserved(self, device: int = 0) -> int:
+        return self.peak
+
+    def reset_peak_memory_stats(self, device: int = 0) -> None:
+        self.peak = self.memory_reserved()
+
     # -- what a test does with tensors ---------------------------------------------------------------------
     def alloc(self, nbytes: int) -> None:
         self.initialised = True
         take = min(self.cached, nbytes)  # cached blocks serve new tensors first
         self.cached -= take
         self.allocated += nbytes
+        self.peak = max(self.peak, self.memory_reserved())
 
     def free(self, nbytes: int) -> None:
         self.allocated -= nbytes

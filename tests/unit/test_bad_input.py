@@ -34,13 +34,27 @@ paths = ["tests"]
 
 def _report(**changes) -> dict:
     """A minimal report ``load`` accepts, with ``changes`` applied (dotted keys reach into it)."""
+    tally = {"starts": 0, "failed": 0, "startup_s": 0.0, "by_kind": {}}
     report = {
         "version": 1,
+        "generated": 1.0,
         "suite": "models",
+        "platform": {"name": "cpu", "reason": None},
         "phases": [{"name": "p", "wall_s": 1.0, "outcomes": {"passed": 1}}],
-        "tests": [{"nodeid": "t.py::a", "file": "t.py", "outcome": "passed", "call_s": 1.0}],
+        "tests": [
+            {
+                "t": 1.0,
+                "nodeid": "t.py::a",
+                "file": "t.py",
+                "outcome": "passed",
+                "call_s": 1.0,
+                "worker": "main",
+                "device": "cpu",
+                "phase": "p",
+            }
+        ],
         "records": [],
-        "starts": {"total": {"by_kind": {}}, "by_phase": {}, "by_file": {}, "by_kind": {}},
+        "starts": {"total": tally, "by_phase": {}, "by_file": {}, "by_kind": {}},
         "files": {"t.py": {"tests": 1, "outcomes": {"passed": 1}, "wall_s": 1.0}},
     }
     for key, value in changes.items():

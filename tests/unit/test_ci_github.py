@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from harness import __version__
-from harness.ci.matrix import CI_PLATFORMS
 from harness.config.settings import CI_DEADLINE
 from harness.platform import PLATFORMS
+from harness.platform.jobs import DEFAULT_CELLS as CI_PLATFORMS
 from tests.unit.actions_expressions import evaluate, to_string
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +137,14 @@ def test_reusable_workflow_has_runner_labels_for_every_platform_and_a_hosted_cpu
 def test_test_job_checks_out_runs_the_session_and_uploads_a_unique_artifact():
     steps = workflow(REUSABLE)["jobs"]["test"]["steps"]
     uses = [step["uses"].split("@")[0] for step in steps if "uses" in step]
-    assert uses == ["actions/checkout", "actions/setup-python", "actions/cache", "actions/upload-artifact"]
+    assert uses == [
+        "actions/checkout",
+        "actions/setup-python",
+        "actions/cache",
+        "actions/cache/restore",  # the history: the base branch's last report
+        "actions/cache/restore",  # ... and a pull request's own previous attempt
+        "actions/upload-artifact",
+    ]
     runs = [step.get("run", "") for step in steps]
     [install] = [run for run in runs if "pip install" in run]
     # nox makes the session's venv with uv, as the README's set-up does; into an image only nox goes

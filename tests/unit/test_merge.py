@@ -9,23 +9,47 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from harness import split
 from harness.cli import main as harness
+from harness.errors import HarnessError
+from harness.report.shards import merge
 
 RUNS = Path(__file__).resolve().parents[2] / "docs" / "runs"
 
 
-def shards(name: str, tmp_path: Path, suite: str = "pooling") -> list[str]:
-    """``docs/runs/<name>.json`` as two shard reports (tests alternately, each runner with its test)."""
+def recorded(selection: list[str], assigned: list[list[str]], index: int) -> dict:
+    """What a shard job records of its split (``harness.split.Plan.record``) for ``assigned``."""
+    made = split.Plan(
+        tuple(map(tuple, assigned)),
+        (0.0,) * len(assigned),
+        len(selection),
+        split.digest(selection),
+        split.digest(f"{i}\t{n}" for i, shard in enumerate(assigned) for n in shard),
+    )
+    return {
+        **made.record(split.Shard(index, len(assigned)), {"durations": "none", "units": "file"}),
+        "source": "none",
+    }
+
+
+def shards(name: str, tmp_path: Path, suite: str = "pooling", split_: bool = True) -> list[str]:
+    """``docs/runs/<name>.json`` as two shard reports (tests alternately, each runner with its test), each
+    recording its split as ``harness run --shard`` does (``split_``; reports made before it did not)."""
     report = json.loads((RUNS / f"{name}.json").read_text())
     report["suite"] = suite
+    selection = [t["nodeid"] for t in report["tests"]]
+    assigned = [[n for i, n in enumerate(selection) if i % 2 == index] for index in range(2)]
     paths = []
     for index in range(2):
         part = copy.deepcopy(report)
-        tests = {t["nodeid"] for i, t in enumerate(report["tests"]) if i % 2 == index}
+        tests = set(assigned[index])
         part["tests"] = [t for t in report["tests"] if t["nodeid"] in tests]
         part["records"] = [r for r in report["records"] if r.get("test") in tests]
         part["shard"] = f"{index}/2"
+        part["splits"] = [recorded(selection, assigned, index)] if split_ else []
         path = tmp_path / f"{name}-{index}.json"
         path.write_text(json.dumps(part))
         paths.append(str(path))
@@ -42,6 +66,7 @@ def test_shards_merged_and_compared_with_the_base_branch(tmp_path, capsys):
     argv = ["merge", *pr, "--out", str(tmp_path / "pr"), "--baseline", str(tmp_path / "base")]
     assert harness([*argv, "--fail-on-regression", "starts"]) == 0
     summary = (tmp_path / "pr" / "summary.md").read_text()
+    assert summary.splitlines()[2] == "accounted: 14 of 14 tests in 2 shards"
     assert "## Before → after" in summary
     suite = next(line for line in summary.splitlines() if line.startswith("| suite |"))
     assert "10 → 3 (−7)" in suite
@@ -76,15 +101,39 @@ def test_a_baseline_that_cannot_be_compared_is_one_line_in_the_summary(tmp_path)
     [
         (lambda r: r.update(suite="generation"), "the shards are of different suites"),
         (lambda r: r["platform"].update(name="cuda"), "the shards are of different platforms"),
-        (lambda r: r.setdefault("versions", {}).update(commit="abc"), "the shards are of different commits"),
+        (lambda r: r["versions"].update(git_commit="abc"), "the shards are of different commits"),
         (lambda r: r.update(version=99), "report format version 99"),
         (lambda r: r.update(shard="1/3"), "the shards are of splits into 2 and 3"),
-        (lambda r: r.update(shard=None), "the shards are not all of one split (0/2, None)"),
-        (lambda r: r.update(shard="0/2"), "shard 1/2 of 2 missing: its job left no report to merge"),
+        (lambda r: r.update(shard=None, splits=[]), "shard None is not 'i/N'"),
+        (lambda r: r.update(shard="3/2"), "shard '3/2' is out of range"),
+        (lambda r: r.update(shard="0/2"), "shard 0/2 given twice"),
+        (lambda r: r["splits"][0].update(split="0" * 16), "the shards recorded two splits"),
+        (lambda r: r["splits"][0]["selection"].update(tests=99), "the shards recorded two splits"),
+        (lambda r: r.update(splits=[]), "records no split, unlike the other shards"),
+        (lambda r: r["splits"][0]["assigned"].pop(), "the shards' assigned tests are not their selection"),
+        (lambda r: r["splits"][0].update(assigned="all"), "its recorded split is not one a shard writes"),
+        (lambda r: r["splits"][0].update(selection=[]), "its recorded split is not one a shard writes"),
     ],
-    ids=["suites", "platforms", "commits", "a newer format", "two splits", "unsharded", "a missing shard"],
+    ids=[
+        "suites",
+        "platforms",
+        "commits",
+        "a newer format",
+        "two splits",
+        "unsharded",
+        "3 of 2",
+        "given twice",
+        "two assignments",
+        "two selections",
+        "unrecorded",
+        "a lost assignment",
+        "assigned not a list",
+        "selection not an object",
+    ],
 )
 def test_shards_that_do_not_belong_together_are_one_line_and_exit_2(tmp_path, capsys, change, said):
+    """Old code: the commit check read ``versions.commit``, a field no report has (reports record
+    ``git_commit``), so two commits merged; ``3/2`` merged as a shard of 2."""
     first, second = shards("pooling-cpu", tmp_path)
     report = json.loads(Path(second).read_text())
     change(report)
@@ -92,12 +141,55 @@ def test_shards_that_do_not_belong_together_are_one_line_and_exit_2(tmp_path, ca
     assert harness(["merge", first, second, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and said in err
+    assert not (tmp_path / "out").exists()
 
 
-def test_a_test_in_two_shards_is_one_line_and_exit_2(tmp_path, capsys):
-    first, _ = shards("pooling-cpu", tmp_path)
-    assert harness(["merge", first, first, "--out", str(tmp_path / "out")]) == 2
-    assert "ran in two shards" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("shards_", "said"),
+    [
+        (["0/1", "0/1"], "shard 0/1 given twice"),
+        (["0/0"], "shard '0/0' is out of range"),
+        (["1/2"], "shard 0/2 of 2 missing"),
+    ],
+)
+def test_a_shard_given_twice_missing_or_of_no_split_is_refused(tmp_path, capsys, shards_, said):
+    """Old code: one report of shard ``0/0`` merged as a suite of zero shards, exit 0."""
+    [path, _] = shards("pooling-cpu", tmp_path, split_=False)
+    paths = []
+    for number, shard in enumerate(shards_):
+        report = json.loads(Path(path).read_text())
+        report["shard"] = shard
+        paths.append(tmp_path / f"shard-{number}.json")
+        paths[-1].write_text(json.dumps(report))
+    assert harness(["merge", *map(str, paths), "--out", str(tmp_path / "out")]) == 2
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lost", ["ran nowhere", "ran twice"])
+def test_a_test_that_ran_nowhere_or_twice_fails_the_proof_by_name_exit_1(tmp_path, capsys, lost):
+    first, second = shards("pooling-cpu", tmp_path)
+    one, two = json.loads(Path(first).read_text()), json.loads(Path(second).read_text())
+    moved = one["tests"][0]
+    if lost == "ran twice":
+        two["tests"].append(moved)
+    else:
+        one["tests"].pop(0)
+    Path(first).write_text(json.dumps(one))
+    Path(second).write_text(json.dumps(two))
+    assert harness(["merge", first, second, "--out", str(tmp_path / "out")]) == 1
+    tests = len(one["splits"][0]["assigned"]) + len(two["splits"][0]["assigned"])
+    said = f"harness: not accounted: {tests - 1} of {tests} tests in 2 shards; {lost} 1: {moved['nodeid']}"
+    assert said in capsys.readouterr().err
+    merged = json.loads((tmp_path / "out" / "report.json").read_text())  # written: the proof is in it
+    assert merged["accounting"]["proven"] is False
+    assert merged["accounting"]["missing" if lost == "ran nowhere" else "twice"] == [moved["nodeid"]]
+
+
+def test_reports_made_before_shards_recorded_their_split_merge_and_say_so(tmp_path, capsys):
+    assert (
+        harness(["merge", *shards("pooling-cpu", tmp_path, split_=False), "--out", str(tmp_path / "o")]) == 0
+    )
+    assert "accounted: not recorded (14 tests in 2 shards;" in capsys.readouterr().out
 
 
 def test_harness_run_opens_its_summary_with_before_after_the_baseline(tmp_path, monkeypatch, fake_gpus):
@@ -125,3 +217,92 @@ def test_a_folder_of_shard_run_directories_is_a_baseline(tmp_path):
     assert harness(["merge", *pr, "--out", str(tmp_path / "pr"), "--baseline", str(folder)]) == 0
     summary = (tmp_path / "pr" / "summary.md").read_text()
     assert "| suite | 10 → 3 (−7) |" in summary
+
+
+def shard_reports(selection: list[str], count: int) -> list[dict]:
+    """The reports of one split's ``count`` shards, each test run where the split put it."""
+    made = split.plan(selection, count, {}, split.History())
+    reports = []
+    for index, assigned in enumerate(made.shards):
+        record = made.record(split.Shard(index, count), {"durations": "none", "units": "file"})
+        tests = [
+            {"nodeid": n, "file": n.split("::")[0], "outcome": "passed", "setup_s": 0.0, "call_s": 0.1}
+            for n in assigned
+        ]
+        reports.append(
+            {
+                "version": 1,
+                "suite": "s",
+                "shard": f"{index}/{count}",
+                "platform": {"name": "cpu", "reason": "test"},
+                "versions": {"git_commit": "c0ffee"},
+                "phases": [],
+                "tests": tests,
+                "records": [],
+                "findings": [],
+                "splits": [{**record, "source": "none"}],
+            }
+        )
+    return reports
+
+
+NODEIDS = st.lists(
+    st.builds(lambda f, t: f"t/test_{f}.py::test_{t}", st.integers(0, 6), st.integers(0, 9)),
+    min_size=0,
+    max_size=30,
+    unique=True,
+)
+EDITS = st.lists(
+    st.tuples(
+        st.sampled_from(["drop report", "repeat report", "drop test", "copy test"]), st.integers(0, 99)
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(selection=NODEIDS, count=st.integers(1, 6), edits=EDITS, order=st.randoms(use_true_random=False))
+def test_any_permutation_duplication_or_omission_of_shard_reports_is_merged_exactly_or_refused(
+    selection, count, edits, order
+):
+    """``merge`` of a split's shard reports, reordered, with reports repeated or left out and tests lost
+    or run again: a refusal (a shard twice or missing), or a merged report whose accounting is exact: its
+    tests are the selection's where it says proven, and it names exactly what ran nowhere or twice."""
+    reports = shard_reports(selection, count)
+    for edit, at in edits:
+        if not reports:
+            break
+        report = reports[at % len(reports)]
+        if edit == "drop report":
+            reports.remove(report)
+        elif edit == "repeat report":
+            reports.append(copy.deepcopy(report))
+        elif edit == "drop test" and report["tests"]:
+            report["tests"].pop(at % len(report["tests"]))
+        elif edit == "copy test" and selection:
+            report["tests"].append(
+                {**reports[0]["tests"][0]}
+                if reports[0]["tests"]
+                else {"nodeid": selection[0], "file": "t", "outcome": "passed"}
+            )
+    order.shuffle(reports)
+    shards_ = [r["shard"] for r in reports]
+    exact = sorted(shards_) == sorted(f"{i}/{count}" for i in range(count))
+    if not reports:
+        return
+    try:
+        merged = merge(copy.deepcopy(reports), [f"r{i}" for i in range(len(reports))])
+    except HarnessError:
+        assert not exact  # refused only where the reports are not each shard once
+        return
+    assert exact
+    ran = [t["nodeid"] for r in reports for t in r["tests"]]
+    accounting = merged["accounting"]
+    assert accounting["missing"] == sorted(set(selection) - set(ran))
+    assert accounting["twice"] == sorted(n for n in set(ran) if ran.count(n) > 1)
+    assert accounting["proven"] == (
+        not accounting["missing"] and not accounting["twice"] and not accounting["stray"]
+    )
+    if accounting["proven"]:
+        assert sorted(t["nodeid"] for t in merged["tests"]) == sorted(selection)
+        assert accounting["accounted"] == accounting["tests"] == len(selection)

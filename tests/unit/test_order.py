@@ -127,7 +127,7 @@ def test_an_unreadable_history_file_is_one_line(pytester, monkeypatch):
     monkeypatch.setenv("HARNESS_CONFIGURATIONS", str(pytester.path / "missing.json"))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: HARNESS_CONFIGURATIONS=*missing.json: cannot read it*"])
+    result.stderr.fnmatch_lines(["ERROR: HARNESS_CONFIGURATIONS=*missing.json: *no such configurations file"])
 
 
 def test_the_history_is_each_tests_first_own_vllm_configuration(tmp_path):
@@ -144,6 +144,22 @@ def test_the_history_is_each_tests_first_own_vllm_configuration(tmp_path):
     expected = {"t.py::test_one": "A", "t.py::test_four": "B", "t.py::test_five": "B"}
     assert configurations_from(tmp_path) == expected
     assert configurations_from(tmp_path / "report.json") == expected
+
+
+def test_a_test_that_failed_in_the_history_is_marked_and_keeps_its_configuration(tmp_path):
+    """The reuse safety net does not run again a test the history saw fail (its failure is its own: no
+    extra start); ordering still groups it by its configuration."""
+    run = Run(tmp_path).phase("default", 0, 100)
+    worker = run.worker("default")
+    worker.runner("t.py::test_one", 0, 30, 31, fingerprint="A")
+    worker.test("t.py::test_one", "failed", t=32)
+    worker.test("t.py::test_two", "error", t=33)
+    run.finalize()
+    history = configurations_from(tmp_path)
+    assert history == {"t.py::test_one": "failed A", "t.py::test_two": "failed"}
+    from harness.pytest_plugin.order import _configuration
+
+    assert _configuration(history["t.py::test_one"]) == "A" and _configuration("A") == "A"
 
 
 def test_a_history_that_is_not_a_report_is_one_line(tmp_path):

@@ -266,12 +266,12 @@ SENSITIVE_SUITE = (
     + """
     def test_first():
         with Runner("org/model") as runner:
-            runner.llm.left = "state no reset knows of"
+            runner.llm.llm_engine.engine_core.left = "state no reset knows of"  # its client's: not compared
 
 
     def test_needs_a_fresh_engine():
         with Runner("org/model") as runner:
-            assert not hasattr(runner.llm, "left"), "handed the first test's engine"
+            assert not hasattr(runner.llm.llm_engine.engine_core, "left"), "handed the first test's engine"
 
 
     def test_between():
@@ -289,8 +289,9 @@ SENSITIVE_SUITE = (
 def test_a_test_that_fails_only_on_a_handed_on_engine_passes_on_fresh_ones_with_a_finding(
     run_with_stub, monkeypatch, pytester
 ):
-    """The safety net: run again once on fresh engines; one result each in the terminal and JUnit; the
-    finding names the test; a failure on fresh engines too is reported failed, once."""
+    """The safety net: run again on the engine it failed on, then on fresh engines; each try in the
+    terminal (RERUN), one result in JUnit; the finding names the test; a failure on fresh engines too is
+    reported failed, once."""
     monkeypatch.setenv("HARNESS_REUSE", "1")
     result, merged = run_with_stub(SENSITIVE_SUITE, "--junitxml=junit.xml", engine=REUSABLE)
     result.assert_outcomes(passed=3, failed=1)
@@ -302,9 +303,19 @@ def test_a_test_that_fails_only_on_a_handed_on_engine_passes_on_fresh_ones_with_
     ]
     assert [r["test"].removeprefix(name) for r in merged.reuses] == [
         "needs_a_fresh_engine",
-        "between",  # the retry's engine
+        "needs_a_fresh_engine",  # its replay on the engine it failed on: fails again
+        "between",  # the fresh retry's engine
         "fails_on_any_engine",
+        "fails_on_any_engine",  # its replay
     ]
+    reruns = [(r["test"].removeprefix(name), r["attempt"], r["outcome"], r["result"]) for r in merged.reruns]
+    assert reruns == [
+        ("needs_a_fresh_engine", 2, "failed", "passed"),
+        ("needs_a_fresh_engine", 3, "passed", "passed"),
+        ("fails_on_any_engine", 2, "failed", "failed"),
+        ("fails_on_any_engine", 3, "failed", "failed"),
+    ]
+    assert result.parseoutcomes()["rerun"] == 4  # every try that does not count, in the open
     [finding] = [f for f in merged.findings if f["type"] == "reuse-sensitive"]
     assert finding["test"] == f"{name}needs_a_fresh_engine"
     assert "AssertionError: handed the first test's engine" in finding["message"]

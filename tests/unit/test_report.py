@@ -256,6 +256,7 @@ def test_a_broken_phases_file_is_an_error(tmp_path):
         finalize(tmp_path, env={}, publish=False)
 
 
+HEAD = '"version": 1, "generated": 1, "suite": "p", "platform": {"name": "cpu", "reason": null}'
 BAD_REPORTS = {
     "missing": (None, "no such report file"),
     "empty": ("", "empty report file"),
@@ -265,14 +266,14 @@ BAD_REPORTS = {
     "array": ("[1, 2]", "not a report (JSON list, expected an object)"),
     "no version": ('{"suite": "x"}', "no 'version' field, not a harness report"),
     "other version": ('{"version": 2}', "report format version 2, this harness reads 1"),
-    "missing field": ('{"version": 1, "suite": "p", "phases": []}', "report has no 'tests' field"),
+    "missing field": (f'{{{HEAD}, "phases": []}}', "report has no 'tests' field"),
     "wrong type": (
-        '{"version": 1, "suite": "p", "phases": {}, "tests": [], "records": [], "starts": {}, "files": {}}',
-        "report field 'phases' has the wrong type",
+        f'{{{HEAD}, "phases": {{}}, "tests": [], "records": [], "starts": {{}}, "files": {{}}}}',
+        "report field phases: expected a list of objects, got dict",
     ),
     "nameless phase": (
-        '{"version": 1, "suite": "p", "phases": [{}], "tests": [], "records": [], "starts": {}, "files": {}}',
-        "a phase in the report has no name",
+        f'{{{HEAD}, "phases": [{{}}], "tests": [], "records": [], "starts": {{}}, "files": {{}}}}',
+        "report field phases[0].name is missing",
     ),
 }
 

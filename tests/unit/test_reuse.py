@@ -115,7 +115,9 @@ def test_what_a_reset_undoes_is_undone_and_what_it_cannot_is_refused(world):
     assert engine in alive and engine.dirty is False
     assert start("A") is engine
     engine.dirty = "stuck"
-    close("A", engine)
+    close("A", engine)  # handed to this test: held for its replay until its outcome is known
+    assert pool.held and engine in alive
+    pool.let_go()
     assert engine not in alive
     assert [r["reason"] for r in ledger.read(directory).refusals] == [
         "it was left asleep and did not wake up fully"
@@ -240,9 +242,10 @@ def test_an_engine_that_died_while_warm_is_not_handed_on(world):
     assert refusal["reason"] == "its engine process 4242 exited (-9)"
 
 
-def test_a_forked_child_never_takes_parks_or_stops_its_parents_engines(world):
-    """vLLM's fork_new_process_for_each_test: the child's pool is empty, what the child closes is not
-    parked, and the parent hands its warm engine on after the child's test."""
+def test_a_forked_test_finds_no_engine_reuse_kept_and_parks_nothing(world):
+    """vLLM's fork_new_process_for_each_test: the parent's warm engines give way before the fork (without
+    reuse they would be gone; at vLLM's default share any of them blocked the child's start), the child's
+    pool is empty, and what the child closes is not parked."""
     pool, alive, start, close, directory = world
     warm = start("A")
     close("A", warm)
@@ -251,22 +254,38 @@ def test_a_forked_child_never_takes_parks_or_stops_its_parents_engines(world):
         code = 1
         try:
             assert pool.take("A") is None and not pool.warm
-            pool.make_room(0.9)  # never the parent's
             own = Engine("A", alive)
             pool.track(own, None, state(own))
             close("A", own)
-            code = 0 if own not in alive and warm in alive and not pool.warm else 2
+            code = 0 if own not in alive and not pool.warm else 2
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert start("A") is warm
-    child = [
-        r
-        for r in ledger.read(directory).refusals
-        if r["reason"].startswith("it is closed in a forked test's process")
-    ]
-    assert len(child) == 1
+    assert warm not in alive and not pool.warm  # shut down before the fork
+    reasons = [r["reason"] for r in sorted(ledger.read(directory).refusals, key=lambda r: r["t"])]
+    assert reasons[0].startswith("a test forks a process: warm engines give way")
+    assert len([r for r in reasons if r.startswith("it is closed in a forked test's process")]) == 1
+    assert start("A") is not warm
+
+
+def test_a_fork_within_a_start_leaves_warm_engines(world):
+    """vLLM forks its engine process while it starts one (harness.tracking.starts marks that): not a
+    forked test, so warm engines stay."""
+    from harness.tracking import starts
+
+    pool, alive, start, close, _ = world
+    warm = start("A")
+    close("A", warm)
+    starts._starting.active = True
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+    finally:
+        starts._starting.active = False
+    os.waitpid(pid, 0)
+    assert warm in alive and start("A") is warm
 
 
 def test_refusals_are_counted_by_kind_of_reason():
@@ -282,4 +301,21 @@ def test_refusals_are_counted_by_kind_of_reason():
         ("its engine process 1 exited", 1),
         ("no reason", 1),
         ("resetting it failed", 1),
+    ]
+
+
+def test_a_refusal_names_the_argument_that_holds_another_object(world):
+    """Under the same environment, a start whose argument holds another object (not data) used to be
+    refused as "the environment vLLM reads differs from its start's ()": naming nothing, the wrong cause."""
+    pool, alive, start, close, directory = world
+    engine = Engine("A", alive)
+    pool.track(engine, _Run(0.3), state(engine), "A-1", "A", {"VLLM_X": "1"}, {"hf_overrides": [11]})
+    close("A-1", engine)
+    assert pool.take("A-2", "A", {"VLLM_X": "1"}, {"hf_overrides": [12]}) is None
+    assert pool.take("A-3", "A", {"VLLM_X": "1", "SECRET_TOKEN": "s3cr3t"}, {"hf_overrides": [11]}) is None
+    reasons = [r["reason"] for r in ledger.read(directory).refusals]
+    assert reasons == [
+        "hf_overrides holds another object than at its start (an object that is not data is compared by "
+        "identity)",
+        "the environment vLLM reads differs from its start's (SECRET_TOKEN)",  # a name, not its value
     ]

@@ -72,3 +72,21 @@ def test_a_holder_declares_the_share_its_runner_declared(tmp_path):
         assert holder.fraction == 0.5
     finally:
         server.communicate("")
+
+
+def test_a_forked_childs_inherited_holder_is_not_counted_again_from_its_parents_file(tmp_path):
+    """A forked child holds its parent's runners already (inherited holders); read again from the parent's
+    ledger file they were counted twice ("of another process" too), blocking the child's start."""
+    from harness.memory.admission import Holder
+
+    context, server = _serving(tmp_path, 0.5, "{}")
+    try:
+        assert server.stdout.readline() == "started\n"
+        # this process plays the child: the other process's runner is one it inherited
+        context.holders.hold(
+            Holder(key="main.4242-1", label="inherited", owner=None, devices=(0,), fraction=0.5)
+        )
+        siblings.refresh(context)
+        assert [holder.label for holder in context.holders.on()] == ["inherited"]
+    finally:
+        server.communicate("")

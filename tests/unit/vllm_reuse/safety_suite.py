@@ -1,7 +1,8 @@
 """Naive tests of one engine configuration, as a new user writes them: each opens its own runner (shaped like
 vLLM's conftest ``VllmRunner``: ``__exit__`` shuts the engine core down), some leave state behind, and the
-test after each of those expects what a fresh engine does. Every test passes with reuse off; with reuse on
-each must still pass (the last pair's first test through the safety net).
+test after each of those expects what a fresh engine does. Every test but one passes with reuse off; with
+reuse on each must still pass without the safety net's retry, and the one test that fails without reuse
+(``test_fails_on_its_first_call``) must fail with it.
 
 Run by test_reuse_safety.py (reuse on) and benchmarks/reuse_safety.py (off and on, outcomes compared).
 ``SAFETY_MODEL`` names a tiny generation model (tests/models/generation/conftest.py builds one).
@@ -206,8 +207,9 @@ def test_after_a_forked_test(vllm_runner):
         assert greedy(runner) == FRESH["greedy"]
 
 
-def test_fails_only_on_a_handed_on_engine(vllm_runner):
-    """vLLM numbers an LLM's requests from 0: a test that reads the number sees a handed-on engine."""
+def test_numbers_its_requests_from_zero(vllm_runner):
+    """vLLM numbers an LLM's requests from 0: a test that reads the number sees a handed-on engine unless
+    the hand-off resets the numbering."""
     from vllm import SamplingParams
 
     with vllm_runner(MODEL) as runner:
@@ -229,3 +231,35 @@ def test_stats_from_zero(vllm_runner):
     with vllm_runner(MODEL, disable_log_stats=False) as runner:
         greedy(runner)
         assert finished(runner) == 1
+
+
+def test_llm_attribute_replaced(vllm_runner):
+    with vllm_runner(MODEL) as runner:
+        runner.llm.generate = lambda *args, **kwargs: []  # a test's stand-in, left on the instance
+
+
+def test_after_a_replaced_attribute(vllm_runner):
+    with vllm_runner(MODEL) as runner:
+        assert greedy(runner) == FRESH["greedy"]
+
+
+def test_config_edited_in_place(vllm_runner):
+    with vllm_runner(MODEL) as runner:
+        runner.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs = 1  # a limit read per request
+
+
+def test_config_as_started(vllm_runner):
+    with vllm_runner(MODEL) as runner:
+        assert runner.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs != 1
+
+
+CALLS: list[int] = []
+
+
+def test_fails_on_its_first_call(vllm_runner):
+    """Fails without reuse (the first call in its process), so it must fail with reuse too: the safety net
+    runs it again on the engine it failed on, sees it pass there, and keeps the failure."""
+    CALLS.append(1)
+    with vllm_runner(MODEL) as runner:
+        greedy(runner)
+    assert len(CALLS) > 1, "the first call in this process"

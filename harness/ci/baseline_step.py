@@ -30,6 +30,7 @@ class Build:
 
     keeps: bool  # its merged reports become the baseline of its branch
     branch: str  # the branch whose baseline it saves or restores, as the pipeline writes it
+    own: str | None = None  # a comparing build's own branch: its merged report is its next attempt's history
 
     @classmethod
     def of(cls, env: Mapping[str, str], branches: tuple[str, ...]) -> Build:
@@ -42,7 +43,8 @@ class Build:
         if branch in keepers and not request:
             return cls(True, _literal(branch))
         base = env.get("BUILDKITE_PULL_REQUEST_BASE_BRANCH") if request else None
-        return cls(False, _literal(base if base in keepers else default))
+        own = _literal(branch) if branch else None
+        return cls(False, _literal(base if base in keepers else default), own)
 
 
 def _literal(branch: str | None) -> str:
@@ -73,6 +75,11 @@ def step(cell: Cell, settings: CiSettings, parallelism: int, build: Build) -> di
         "backend": settings.cache_backend,
         "soft-fail": True,  # a store that cannot be reached is a missing baseline: one summary line
     }
+    plugins = [{CACHE_PLUGIN: plugin}]
+    if not build.keeps and build.own:  # the next attempt of this branch reads it first (history_cache)
+        saved = {**plugin, "path": out, "key-extra": f"{cell.key}@attempt@{build.own}"}
+        saved.pop("restore", None)
+        plugins.append({CACHE_PLUGIN: {**saved, "save": "pipeline", "force": True}})
     return {
         "key": f"{cell.key}-baseline",
         "label": label,
@@ -81,9 +88,36 @@ def step(cell: Cell, settings: CiSettings, parallelism: int, build: Build) -> di
         "agents": {"queue": settings.queues["cpu"]},
         "commands": [*setup, f"{shlex.join(download)} --step {cell.key}", merge],
         "timeout_in_minutes": 30,
-        "plugins": [{CACHE_PLUGIN: plugin}],
+        "plugins": plugins,
         "artifact_paths": [f"{out}/*"],
     }
+
+
+def history_dir(cell: Cell) -> str:
+    """Where a test step finds its history (``HARNESS_HISTORY``): its branch's previous attempt where the
+    cache had one, else the base branch's kept report (``harness run`` takes the first usable)."""
+    name = f"{cell.suite}-{cell.platform}"
+    return f"{COMPARE_DIR}/{name}:{BASELINE_DIR}/{name}"
+
+
+def history_cache(cell: Cell, settings: CiSettings, build: Build) -> list[dict]:
+    """The cache plugin entries a test step restores its history with: the base branch's kept report (a
+    keeping build: its own branch's last) and a comparing build's own previous attempt (its merged report,
+    which its merge step saves), each where ``history_dir`` looks."""
+    restores = [(build.branch, "base")] + ([(f"{build.own}", "own")] if build.own and not build.keeps else [])
+    name = f"{cell.suite}-{cell.platform}"
+    return [
+        {
+            CACHE_PLUGIN: {
+                "path": f"{BASELINE_DIR if which == 'base' else COMPARE_DIR}/{name}",
+                "restore": "pipeline",
+                "key-extra": f"{cell.key}@{branch}" if which == "base" else f"{cell.key}@attempt@{branch}",
+                "backend": settings.cache_backend,
+                "soft-fail": True,  # no history: one summary line, the run goes on
+            }
+        }
+        for branch, which in restores
+    ]
 
 
 def _harness(settings: CiSettings) -> tuple[list[str], str]:

@@ -1,0 +1,170 @@
+"""Failure classes: why a test failed, in one word a CI user can act on (retry it, quarantine it, fix it).
+
+What the run knows for certain decides first (pytest-timeout stopped the test; the ledger saw a start
+blocked or an engine process die; the exception's own type, along its chain of causes), message patterns
+second (the suite's own, then the harness's), and an assertion in the test's call last: an assertion that
+names none of the above is one on the outputs. Every failure gets exactly one class; ``other`` where
+nothing speaks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from harness.errors import ConfigError
+
+# the classes as a type, for the report's schema (its loader checks a class is one of them)
+FailureClass = Literal[
+    "engine-died",
+    "start-blocked",
+    "out-of-memory",
+    "memory-not-settled",
+    "network",
+    "timeout",
+    "accuracy",
+    "harness-fault",
+    "other",
+]
+# class -> what it means, in FailureClass's order: the one list the report, JUnit, the summary, settings
+# and docs/usage.md name
+CLASSES: dict[str, str] = {
+    "engine-died": "the engine process died under the test",
+    "start-blocked": "a runner's start was blocked by a live runner, which the message names",
+    "out-of-memory": "out of device (or, on the CPU, node) memory at a start or in the test",
+    "memory-not-settled": "device memory did not come down before a start: a wait gave up",
+    "network": "a model or hub download, or other network access, failed",
+    "timeout": "the test ran past its timeout",
+    "accuracy": "an assertion on the test's outputs failed",
+    "harness-fault": "the harness itself failed (a bug or the machine: a full disk)",
+    "other": "none of the above",
+}
+OTHER = "other"
+TEXT_LIMIT = 200_000  # characters of a failure's text searched: its end, where the raise is
+
+# exception class names (any class along the MRO of any exception along the chain) that decide a class
+_EXCEPTIONS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("start-blocked", frozenset({"RunnerBlocked"})),
+    ("memory-not-settled", frozenset({"MemoryTimeout"})),
+    ("engine-died", frozenset({"EngineDeadError", "EngineGenerateError"})),
+    ("out-of-memory", frozenset({"OutOfMemoryError", "MemoryError"})),
+    (
+        "network",
+        frozenset(
+            {
+                "ConnectionError",  # the builtin, and requests'
+                "HTTPError",
+                "MaxRetryError",
+                "NewConnectionError",
+                "LocalEntryNotFoundError",
+                "OfflineModeIsEnabled",
+                "HfHubHTTPError",
+                "gaierror",
+            }
+        ),
+    ),
+    ("harness-fault", frozenset({"InfrastructureError"})),
+)
+
+# the harness's own message patterns, after a suite's: what each class says when only text is left
+_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("timeout", r"Timeout \(>[0-9.]+s\) from pytest-timeout"),
+    ("start-blocked", r"cannot start: .*; held by "),
+    ("memory-not-settled", r"Memory of devices .* not free after|memory did not (settle|come down)"),
+    ("engine-died", r"EngineDeadError|EngineCore encountered an issue|Engine core proc .* died"),
+    (
+        "out-of-memory",
+        r"(CUDA|HIP|XPU) out of memory|OutOfMemoryError|No available memory for the cache blocks"
+        r"|Available memory on node \d+ .* is less than desired"
+        r"|Free memory on device .* is less than desired",
+    ),
+    (
+        "network",
+        r"huggingface_hub\.errors|LocalEntryNotFoundError|OfflineModeIsEnabled|We couldn't connect to"
+        r"|Max retries exceeded|Temporary failure in name resolution|Connection (refused|reset)"
+        r"|Name or service not known|Read timed out",
+    ),
+    ("harness-fault", r"INTERNALERROR"),
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What is known of one failure. ``exceptions`` are class names along the MROs of the exception and
+    its causes; ``text`` the failure as pytest rendered it."""
+
+    text: str = ""
+    exceptions: frozenset[str] = frozenset()
+    when: str = "call"  # the phase that failed: setup, call or teardown
+    timed_out: bool = False  # pytest-timeout stopped it
+    blocked: bool = False  # the ledger: a start of this test was blocked
+    engine_died: bool = False  # the ledger: a runner's process of this test exited under it
+
+
+Patterns = tuple[tuple[str, "re.Pattern[str]"], ...]
+
+
+def patterns(table: Mapping[str, object], where: str = "[tool.harness] failure_patterns") -> Patterns:
+    """A suite's ``{class: [regex, ...]}`` compiled, in its order; a bad class or regex is one line."""
+    compiled = []
+    for name, expressions in table.items():
+        if name not in CLASSES:
+            raise ConfigError(f"{where} {name}: unknown failure class (known: {', '.join(CLASSES)})")
+        if not isinstance(expressions, list | tuple) or not all(
+            isinstance(each, str) and each for each in expressions
+        ):
+            raise ConfigError(f"{where} {name}: expected a list of regular expressions, got {expressions!r}")
+        for expression in expressions:
+            try:
+                compiled.append((name, re.compile(expression)))
+            except re.error as error:
+                raise ConfigError(
+                    f"{where} {name}: {expression!r} is not a regular expression ({error})"
+                ) from None
+    return tuple(compiled)
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+_BUILT_IN: Patterns = tuple((name, re.compile(expression)) for name, expression in _PATTERNS)
+
+
+def classify(evidence: Evidence, suite: Patterns = ()) -> str:
+    """The one class of a failure: facts, then the exception's types, then text, then an assertion."""
+    if evidence.timed_out:
+        return "timeout"
+    if evidence.blocked:
+        return "start-blocked"
+    if evidence.engine_died:
+        return "engine-died"
+    for name, names in _EXCEPTIONS:
+        if names & evidence.exceptions:
+            return name
+    text = evidence.text[-TEXT_LIMIT:]
+    for name, pattern in (*suite, *_BUILT_IN):
+        if pattern.search(text):
+            return name
+    if evidence.when == "call" and "AssertionError" in evidence.exceptions:
+        return "accuracy"
+    return OTHER
+
+
+def exception_names(error: BaseException | None, depth: int = 16) -> frozenset[str]:
+    """The class names along the MRO of ``error`` and of each cause or context it chains to."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen and len(seen) < depth:
+        seen.add(id(error))
+        names.update(klass.__name__ for klass in type(error).__mro__)
+        error = error.__cause__ or error.__context__
+    return frozenset(names)
+
+
+def counts(classes: Iterable[str]) -> dict[str, int]:
+    """Failures per class, in the classes' own order, classes with none left out."""
+    seen = list(classes)
+    return {name: seen.count(name) for name in CLASSES if name in seen}
