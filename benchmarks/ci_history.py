@@ -1,4 +1,4 @@
-"""Backs docs/ci.md § History: a build that learns from its last one, on real CPU engines. A copy of this
+"""Backs docs/ci.md § History: each build learns from its last, on real CPU engines. A copy of this
 working tree whose pooling suite is cut into three files (the shared-engine class, the late-interaction
 class, the standalone test) with one test broken on the default branch; no durations file anywhere. Each
 build runs as the generated Buildkite steps run it: `harness ci buildkite --history harness-baseline`

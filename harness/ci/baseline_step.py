@@ -19,6 +19,7 @@ from harness.ci.matrix import Cell, CiSettings, harness_requirement
 CACHE_PLUGIN = "cache#v1.12.0"
 BASELINE_DIR = "harness-baseline"  # the cache plugin's path: the kept merged report, per cell
 COMPARE_DIR = "harness-compare"  # a comparing build's merged report and summary, per cell
+COMPILE_DIR = "harness-compile"  # vLLM's and torch inductor's compile caches, per cell
 _VENV = ".harness-compare"
 # Outside a build (a preview) the default branch is left to the upload's interpolation.
 _DEFAULT = "${BUILDKITE_PIPELINE_DEFAULT_BRANCH}"
@@ -118,6 +119,27 @@ def history_cache(cell: Cell, settings: CiSettings, build: Build) -> list[dict]:
         }
         for branch, which in restores
     ]
+
+
+def compile_dir(cell: Cell) -> str:
+    """The kept compile cache of a cell's test step (``HARNESS_COMPILE_CACHE``, harness.run.compile_cache)."""
+    return f"{COMPILE_DIR}/{cell.suite}-{cell.platform}"
+
+
+def compile_cache(cell: Cell, settings: CiSettings, build: Build, image: str | None) -> dict:
+    """The cache plugin entry of a cell's compile cache: restored by every build from its base branch's (a
+    keeping build: its own branch's), saved by a keeping build. Its key names the image where there is one
+    (its vLLM and torch); inside the folder, harness run keeps one subfolder per platform, vLLM and torch."""
+    entry = {
+        "path": compile_dir(cell),
+        "restore": "pipeline",
+        "key-extra": f"{cell.key}@compile@{build.branch}" + (f"@{image}" if image else ""),
+        "backend": settings.cache_backend,
+        "soft-fail": True,  # no cache: engines compile, as without one
+    }
+    if build.keeps:
+        entry.update({"save": "pipeline", "force": True})
+    return {CACHE_PLUGIN: entry}
 
 
 def _harness(settings: CiSettings) -> tuple[list[str], str]:

@@ -21,7 +21,7 @@ from harness.ci import baseline_step, timeouts
 from harness.ci.matrix import CI_KINDS, Cell, CiSettings, Container, cells, harness_requirement, load
 from harness.config.settings import CI_DEADLINE
 from harness.config.validate import check
-from harness.config.variables import HISTORY
+from harness.config.variables import COMPILE_CACHE, HISTORY
 from harness.report.publish import annotation_context
 
 _NOX_VENV = ".harness-nox"
@@ -81,14 +81,18 @@ def _step(
         "timeout_in_minutes": minutes,
         # the run's history: what the cache restored (a missing one is a summary line, never a failure);
         # the docker plugin propagates the step's environment into the container
-        "env": {HISTORY: baseline_step.history_dir(cell)},
+        "env": {HISTORY: baseline_step.history_dir(cell), COMPILE_CACHE: baseline_step.compile_dir(cell)},
         "retry": retries(settings),
         "artifact_paths": [f"{cell.shard_dirs(parallelism)}/**/*"],
     }
     # the cell's last report as the run's history (restored before the docker plugin runs)
     # the cache plugin restores before any plugin's command hook (the docker plugin's) runs
     plugins: list[dict] = [{DOCKER_PLUGIN: _docker(container)}] if container else []
-    step["plugins"] = plugins + baseline_step.history_cache(cell, settings, base)
+    step["plugins"] = [
+        *plugins,
+        *baseline_step.history_cache(cell, settings, base),
+        baseline_step.compile_cache(cell, settings, base, container.image if container else None),
+    ]
     if parallelism > 1:
         step["parallelism"] = parallelism
     return step

@@ -17,3 +17,7 @@ SENSITIVE = "reuse-sensitive"
 # a test's value there instead of a fingerprint: it failed in that run, so a failure on a handed-on engine is
 # its own and the safety net does not run it again (no extra start)
 FAILED = "failed"
+# a folder CI's cache keeps (harness-compile/<suite>-<platform>): harness run points vLLM's and torch
+# inductor's compile caches into a folder of it named by platform, vLLM and torch version
+# (harness.run.compile_cache), so a build's engines start from the default branch's compiled graphs
+COMPILE_CACHE = "HARNESS_COMPILE_CACHE"

@@ -49,7 +49,9 @@ class Record(TypedDict):
     held_after_start: NotRequired[
         Bytes | None
     ]  # what the runner itself holds (torch reserved, engine processes)
-    compile: NotRequired[Literal["warm", "cold"] | None]  # a vLLM start's compile caches (tracking.compile_cache)
+    compile: NotRequired[
+        Literal["warm", "cold"] | None
+    ]  # a vLLM start's compile caches (tracking.compile_cache)
     mem_after_stop: Bytes | None
     outcome: str  # "started" | "failed" | "blocked" | "never-stopped"
     error: str | None

@@ -42,7 +42,15 @@ def merge(reports: list[Report], names: list[str]) -> Report:
     merged["files"] = files(merged["tests"])
     merged["advice"] = advisor.advise(merged["records"])
     merged["gpu_free"] = gpu_free.joined(  # each shard's own: its workers' names are every shard's too
-        [gpu_free.section(r["platform"].get("name"), r["tests"], r["records"], r["workers"]) for r in reports]
+        [
+            gpu_free.section(
+                (r.get("platform") or {}).get("name"),
+                r.get("tests", []),
+                r.get("records", []),
+                r.get("workers", []),
+            )
+            for r in reports
+        ]
     )
     if accounting is not None:
         merged["accounting"] = accounting

@@ -27,7 +27,7 @@ from rich.table import Table
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.settings import Settings, ci_deadline, load_settings
 from harness.config.suites import Suite, check_paths, load_suite, run_dir
-from harness.config.variables import CONFIGURATIONS, SWITCH, TEST_TIMEOUTS
+from harness.config.variables import COMPILE_CACHE, CONFIGURATIONS, SWITCH, TEST_TIMEOUTS
 from harness.errors import HarnessError
 from harness.ledger.redaction import Redactor
 from harness.platform import detect
@@ -38,7 +38,7 @@ from harness.report.outcomes import NO_TESTS
 from harness.report.schema import Report
 from harness.report.shards import account_shard, line
 from harness.report.store import load, write_atomic
-from harness.run import directory
+from harness.run import compile_cache, directory
 from harness.run import history as past
 from harness.run.exits import phase_exit, run_exit
 from harness.run.process import Stopped, ignore_stop_signals, phase_timeout, stop_signals
@@ -80,6 +80,10 @@ def main(args) -> int:
         configurations, remembered = past.read(history, suite.name, platform)
         history = remembered["source"] if configurations is not None else None  # the one used
 
+    if env.get(COMPILE_CACHE):  # CI's kept compile cache: engines start from the graphs it holds
+        variables, line = compile_cache.kept(Path(env[COMPILE_CACHE]), platform, env)
+        env.update(variables)
+        print(f"harness: {line}", file=sys.stderr)
     where = (shard.index, shard.count) if shard else None
     out = Path(args.out or run_dir(directory.segment("suite", suite.name), platform, where))
     before_after.refuse_itself(out, args.baseline or settings.baseline)  # before the run clears out

@@ -4,11 +4,12 @@ Judged from the two caches an engine start reads, not from the engine process's 
 does not see): vLLM's (``$VLLM_CACHE_ROOT/torch_compile_cache``, one folder per compiled configuration,
 e.g. ``torch_aot_compile/<hash>``) and torch inductor's (``$TORCHINDUCTOR_CACHE_DIR``, by default
 ``<tmp>/torchinductor_<user>``). A start that left a configuration folder that was not there before
-compiled (cold); one that found its folders and a non-empty inductor cache and added none was warm (vLLM
-0.32 on the CPU may recompile after a failed load of its own entry, yet the inductor cache keeps that
-start short: 22.9 s against 53.7 s cold here); an engine that compiles nothing (``enforce_eager``) or
-caches that hold nothing either way is neither (None). A start beside another engine's in the same cache
-may read the other's new folder as its own: cold, the safe side.
+compiled (cold); one that found its folder there and added none was warm (vLLM 0.32 keeps inductor's
+artifacts inside that folder, ``torch_aot_compile/<hash>/inductor_cache``, and may recompile after a failed
+load of its own entry, yet with inductor's cache at hand); with no vLLM folder at all, inductor's own cache
+filling during the start says cold. An engine that compiles nothing (``enforce_eager``, which the harness's
+``VllmRunner`` defaults to) or caches that say nothing either way is neither (None). A start beside
+another engine's in the same cache may read the other's new folder as its own: cold, the safe side.
 """
 
 from __future__ import annotations
@@ -86,9 +87,9 @@ def judge(before: Snapshot, after: Snapshot, compiles: bool = True) -> str | Non
         return None
     if after.entries - before.entries:
         return "cold"
-    if before.entries and before.inductor:
+    if before.entries:
         return "warm"
-    return "cold" if before.inductor != after.inductor else None
+    return "cold" if after.inductor and not before.inductor else None
 
 
 def compiles(config: Mapping[str, object]) -> bool:
@@ -96,5 +97,7 @@ def compiles(config: Mapping[str, object]) -> bool:
     if config.get("enforce_eager"):
         return False
     compilation = config.get("compilation_config")
-    level = compilation.get("level", compilation.get("mode")) if isinstance(compilation, Mapping) else compilation
+    level = (
+        compilation.get("level", compilation.get("mode")) if isinstance(compilation, Mapping) else compilation
+    )
     return level not in (0, "0")

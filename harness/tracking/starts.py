@@ -216,13 +216,14 @@ class Run:
         context.starts, context.started_s = context.starts + 1, context.started_s + self.startup_s
         self.pids = _children() - self.children_before
         held = self.held()
+        compiled: dict[str, Any] = {"compile": self.compile} if self.kind == "vllm" else {}
         self.writer.write(
             "runner-started",
             id=self.id,
             startup_s=round(startup_s, 3),
             mem_after_start=_used(self.keys),
             held_after_start={self.keys[i]: b for i, b in held.items()},
-            **({"compile": self.compile} if self.kind == "vllm" else {}),
+            **compiled,
         )
         current().holders.hold(
             admission.Holder(
@@ -452,7 +453,9 @@ def starting(
             _failed(run, error, time.monotonic() - began, context.holders)
             raise
         if cache is not None:
-            run.compile = compile_cache.judge(cache, compile_cache.Snapshot.take(), compile_cache.compiles(config))
+            run.compile = compile_cache.judge(
+                cache, compile_cache.Snapshot.take(), compile_cache.compiles(config)
+            )
         run.started(time.monotonic() - began)
     finally:
         _starting.active = False

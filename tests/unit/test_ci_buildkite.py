@@ -123,8 +123,9 @@ cuda = "h100"
         "export HARNESS_CI_DEADLINE=$$(( $$(date +%s) + 5400 ))",  # 90 minutes from the step's start
         "status=0; nox -s cuda_generation --no-venv || status=$$?",
     ]
-    # a prebuilt agent, no image: the step runs on the agent, with its history from the cache only
-    assert [next(iter(plugin)) for plugin in steps[0]["plugins"]] == ["cache#v1.12.0"]
+    # a prebuilt agent, no image: the step runs on the agent, with its history and compile cache from the
+    # cache only
+    assert [next(iter(plugin)) for plugin in steps[0]["plugins"]] == ["cache#v1.12.0"] * 2
     assert generate(tmp_path, "--platforms", "rocm", "--suites", "pooling")["steps"][0]["parallelism"] == 2
 
 

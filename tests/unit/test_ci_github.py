@@ -143,6 +143,8 @@ def test_test_job_checks_out_runs_the_session_and_uploads_a_unique_artifact():
         "actions/cache",
         "actions/cache/restore",  # the history: the base branch's last report
         "actions/cache/restore",  # ... and a pull request's own previous attempt
+        "actions/cache/restore",  # the compile cache
+        "actions/cache/save",  # ... kept by the default branch's builds
         "actions/upload-artifact",
     ]
     runs = [step.get("run", "") for step in steps]

@@ -86,11 +86,11 @@ def test_the_test_event_carries_device_bytes(pytester, monkeypatch):
     monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     pytester.makepyfile(test_x=DEVICE_TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--harness", "--harness-ledger-dir", "led")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--harness", "--harness-ledger-dir", "led"
+    )
     assert result.ret == 0
-    events = [
-        json.loads(line) for line in (pytester.path / "led" / "main.jsonl").read_text().splitlines()
-    ]
+    events = [json.loads(line) for line in (pytester.path / "led" / "main.jsonl").read_text().splitlines()]
     tests = {e["nodeid"].rpartition("::")[2]: e for e in events if e["event"] == "test"}
     assert "device_bytes" not in tests["test_plain"]  # no torch: nothing, not a 0
     assert tests["test_tensor"]["device_bytes"] == 3 * GIB

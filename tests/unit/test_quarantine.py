@@ -279,3 +279,13 @@ def test_vllms_file_quarantines_on_its_backend_only(pytester: pytest.Pytester) -
     result.stdout.fnmatch_lines(["*1 quarantined tests run without gating*"])
     result.assert_outcomes(xfailed=1, failed=1)
     assert result.ret == 1
+
+
+def test_harness_flaky_reads_this_projects_real_reports() -> None:
+    """The reports of this project's own suites (docs/runs): read through the loader, judged, written in
+    vLLM's format (a single build of each is no history of flakiness: nothing is quarantined)."""
+    runs = sorted(str(path) for path in (ROOT / "docs/runs").glob("*.json"))
+    done = subprocess.run([sys.executable, "-m", "harness", "flaky", *runs], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["entries"] == []
+    assert f"{len(runs)} reports, 0 quarantined" in done.stderr

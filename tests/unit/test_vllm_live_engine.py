@@ -48,6 +48,8 @@ def test_live_module_engine_is_named_and_class_scope_passes(pytester, monkeypatc
         ]
     )
     merged = ledger.read(directory)
+    classes = {t["nodeid"]: t.get("failure_class") for t in merged.tests if t["outcome"] == "failed"}
+    assert classes == {"test_embed_module_scoped.py::test_own_engine": "start-blocked"}  # why, for real
     leaky = [r for r in merged.records if r["file"] == "test_embed_module_scoped.py"]
     assert [(r["fixture"], r["outcome"]) for r in leaky] == [("embedder", "started"), (None, "blocked")]
     assert "started in test_embed_module_scoped.py::test_shared_embedding" in leaky[1]["holders"][0]
