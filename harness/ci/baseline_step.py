@@ -122,7 +122,7 @@ def history_cache(cell: Cell, settings: CiSettings, build: Build) -> list[dict]:
 
 
 def compile_dir(cell: Cell) -> str:
-    """The kept compile cache of a cell's test step (``HARNESS_COMPILE_CACHE``, harness.run.compile_cache)."""
+    """The kept compile cache of a cell's test step (``HARNESS_COMPILE_CACHE``, harness.run.kept_cache)."""
     return f"{COMPILE_DIR}/{cell.suite}-{cell.platform}"
 
 

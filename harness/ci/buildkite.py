@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.ci import baseline_step, timeouts
+from harness.ci import baseline_step, step_timeouts
 from harness.ci.matrix import CI_KINDS, Cell, CiSettings, Container, cells, harness_requirement, load
 from harness.config.settings import CI_DEADLINE
 from harness.config.validate import check
@@ -46,13 +46,13 @@ def pipeline(
     merges the cell's jobs and compares them with the base branch (``build``: the uploading job's
     environment, which says the branch). ``history``: a folder of the cells' last merged reports
     (``harness-baseline/<suite>-<platform>``, as the cache restores it), whose durations set each test
-    step's timeout (``harness.ci.timeouts``)."""
+    step's timeout (``harness.ci.step_timeouts``)."""
     base = baseline_step.Build.of(build if build is not None else os.environ, settings.baseline_branches)
     steps = []
     for cell in selected:
         compare = {**baseline_step.step(cell, settings, parallelism, base), "retry": retries(settings)}
         kept = Path(history) / f"{cell.suite}-{cell.platform}" if history else None
-        minutes, why = timeouts.for_cell(kept, parallelism, settings.timeout_in_minutes)
+        minutes, why = step_timeouts.for_cell(kept, parallelism, settings.timeout_in_minutes)
         if history:
             print(f"harness: {cell.key} timeout_in_minutes {minutes}: {why}", file=sys.stderr)
         steps += [_step(cell, settings, parallelism, base, minutes), compare]

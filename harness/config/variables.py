@@ -19,5 +19,5 @@ SENSITIVE = "reuse-sensitive"
 FAILED = "failed"
 # a folder CI's cache keeps (harness-compile/<suite>-<platform>): harness run points vLLM's and torch
 # inductor's compile caches into a folder of it named by platform, vLLM and torch version
-# (harness.run.compile_cache), so a build's engines start from the default branch's compiled graphs
+# (harness.run.kept_cache), so a build's engines start from the default branch's compiled graphs
 COMPILE_CACHE = "HARNESS_COMPILE_CACHE"

@@ -10,7 +10,7 @@ from collections.abc import Generator
 import pytest
 
 from harness import failures
-from harness.pytest_plugin import quarantine
+from harness.pytest_plugin import quarantined
 from harness.pytest_plugin.session import process_context
 
 PATTERNS = pytest.StashKey[failures.Patterns]()
@@ -44,7 +44,7 @@ def pytest_runtest_makereport(
 
 def _quarantined_failure(item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]) -> bool:
     """A quarantined test's failure, which pytest's xfail has already turned into a skip."""
-    marked = item.get_closest_marker(quarantine.MARK) is not None
+    marked = item.get_closest_marker(quarantined.MARK) is not None
     return marked and call.excinfo is not None and getattr(report, "wasxfail", None) is not None
 
 

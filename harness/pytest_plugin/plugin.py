@@ -113,11 +113,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         fixtures,
         gpus,
         pinning,
-        quarantine,
+        quarantined,
         recorder,
         retries,
         session,
-        summary,
+        terminal,
         timeouts,
     )
 
@@ -127,13 +127,13 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         session,
         timeouts,
         gpus,
-        quarantine,
+        quarantined,
         classes,
         pinning,
         recorder,
         retries,
         fixtures,
-        summary,
+        terminal,
     ):
         early_config.pluginmanager.register(module, module.__name__)
     if sharded and _pytest_shard():  # its flags, its split: said once, in the header

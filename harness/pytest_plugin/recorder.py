@@ -89,7 +89,7 @@ def _record(config: pytest.Config, here: Context) -> None:
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
     if here.settings.reuse or config.getoption("harness_reuse"):
         from harness.pytest_plugin import reruns
-        from harness.pytest_plugin.reuse import Reuse
+        from harness.pytest_plugin.safety_net import Reuse
         from harness.tracking import reuse  # only when asked: every session would pay its import
 
         here.pool = reuse.Pool(writer, here.settings.reuse_engines)
@@ -101,7 +101,7 @@ def _record(config: pytest.Config, here: Context) -> None:
         if not config.pluginmanager.is_registered(order):  # a first run: tests grouped by their parameters
             config.pluginmanager.register(order, order.__name__)
     if here.settings.reuse_hf:
-        from harness.pytest_plugin.reuse import Closing
+        from harness.pytest_plugin.safety_net import Closing
         from harness.tracking.hf_reuse import Shelf
 
         here.shelf = Shelf(writer)

@@ -14,8 +14,8 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.report.compare import METRICS, SECONDS, change, compare, itself
 from harness.report.schema import Report
-from harness.report.shards import load_suite
 from harness.report.summary import code, text
+from harness.report.union import load_suite
 
 STARTS = ("vllm_starts", "hf_starts")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.errors import InfrastructureError
 from harness.ledger.redaction import Redactor
 from harness.report import baseline as before_after
-from harness.report import history, html, junit, summary, timeline
+from harness.report import history_lines, html, junit, summary, timeline
 from harness.report.build import build
 from harness.report.publish import publish as publish_summary
 from harness.report.schema import Report
@@ -42,7 +42,7 @@ def finalize(
     run_dir = Path(run_dir)
     redactor = Redactor(env, sys.argv if args is None else args)
     report = redactor.data(build(run_dir, env))
-    text = summary.render(report, opening=before_after.lines(report, baseline) + history.lines(report))
+    text = summary.render(report, opening=before_after.lines(report, baseline) + history_lines.lines(report))
     svg = timeline.svg(report)
     files = {
         # allow_nan=False: NaN is not JSON; the build never lets one through, this keeps it so

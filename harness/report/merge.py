@@ -1,5 +1,5 @@
 """``harness merge SHARD... --out DIR``: one suite's report from the reports of its shards (the parallel CI
-jobs of one build, ``harness.report.shards``), its summary opening with the accounting of the shards'
+jobs of one build, ``harness.report.union``), its summary opening with the accounting of the shards'
 tests and before → after against ``--baseline``.
 
 Exit codes: 2 for shards that cannot be one suite's (bad input: two splits, a shard given twice or
@@ -22,8 +22,8 @@ from harness.report import baseline as before_after
 from harness.report import summary
 from harness.report.compare import Gate, load_checked
 from harness.report.publish import publish
-from harness.report.shards import line, merge
 from harness.report.store import write_atomic
+from harness.report.union import line, merge
 
 
 def main(args: argparse.Namespace) -> int:

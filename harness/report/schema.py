@@ -244,7 +244,7 @@ class Report(TypedDict):
     reuse_refusals: NotRequired[list[dict[str, Any]]]  # its reuse-refused events
     reruns: NotRequired[list[Rerun]]  # its rerun events: tries of a test run again, and why
     splits: NotRequired[list[dict[str, Any]]]  # its shard events, each with the seconds its tests took
-    accounting: NotRequired[dict[str, Any]]  # harness merge's proof of its shards' tests (report.shards)
+    accounting: NotRequired[dict[str, Any]]  # harness merge's proof of its shards' tests (report.union)
     history: NotRequired[dict[str, Any] | None]  # phases.json's: the run's history, or why it had none
     starts: Starts
     files: dict[str, FileTally]

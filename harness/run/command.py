@@ -36,9 +36,9 @@ from harness.report import baseline as before_after
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS
 from harness.report.schema import Report
-from harness.report.shards import account_shard, line
 from harness.report.store import load, write_atomic
-from harness.run import compile_cache, directory
+from harness.report.union import account_shard, line
+from harness.run import directory, kept_cache
 from harness.run import history as past
 from harness.run.exits import phase_exit, run_exit
 from harness.run.process import Stopped, ignore_stop_signals, phase_timeout, stop_signals
@@ -81,7 +81,7 @@ def main(args) -> int:
         history = remembered["source"] if configurations is not None else None  # the one used
 
     if env.get(COMPILE_CACHE):  # CI's kept compile cache: engines start from the graphs it holds
-        variables, line = compile_cache.kept(Path(env[COMPILE_CACHE]), platform, env)
+        variables, line = kept_cache.kept(Path(env[COMPILE_CACHE]), platform, env)
         env.update(variables)
         print(f"harness: {line}", file=sys.stderr)
     where = (shard.index, shard.count) if shard else None

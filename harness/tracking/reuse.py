@@ -99,7 +99,7 @@ class Pool:
         self.given: weakref.WeakSet[Any] = weakref.WeakSet()  # those engines
         # engines handed to the running test that it closed with a refusal or failed on: kept (refusal
         # written, stop deferred) until its outcome is known, so that a replay of the test can be handed
-        # the very engine it failed on (``pytest_plugin.reuse``); shut down when that is decided
+        # the very engine it failed on (``pytest_plugin.safety_net``); shut down when that is decided
         self.held: dict[str, Warm] = {}
         self.inherited: list[Warm] = []  # a forked child's: its parent's, never touched (see _forked)
         self.pid = os.getpid()  # the process whose engines these are

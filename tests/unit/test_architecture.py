@@ -103,3 +103,12 @@ def test_only_the_vllm_adapter_names_vllms_modules():
 def test_a_vllm_name_in_code_is_seen_and_one_in_a_docstring_is_not():
     source = '"""Wraps ``vllm.entrypoints.llm``."""\n\nMODULE = "vllm.v1.engine.async_llm"\n'
     assert vllm_names(source) == ["vllm.v1.engine.async_llm"]
+
+
+def test_one_module_per_name():
+    """A name says one role: no two modules of the package share a file name (``baseline``, ``shards``,
+    ``summary`` each named two or three modules once)."""
+    from collections import Counter
+
+    names = Counter(path.name for path in (ROOT / "harness").rglob("*.py") if path.name != "__init__.py")
+    assert [name for name, count in names.items() if count > 1] == []

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.run.compile_cache import kept, name
+from harness.run.kept_cache import kept, name
 from tests.unit.test_ci_baseline import CI, MAIN_BUILD, PR_BUILD
 from tests.unit.test_ci_buildkite import generate, project, validate
 from tests.unit.test_ci_github import REUSABLE, workflow

@@ -1,6 +1,7 @@
-"""Step timeouts from recorded durations (harness.ci.timeouts): for any durations (0, NaN, negative, huge,
-none) and any bound the setting takes, a value within the bound that the harness's own parser reads back;
-`harness ci buildkite --history` writes it, and the step's deadline with it; without history, the bound."""
+"""Step timeouts from recorded durations (harness.ci.step_timeouts): for any durations (0, NaN, negative,
+huge, none) and any bound the setting takes, a value within the bound that the harness's own parser reads
+back; `harness ci buildkite --history` writes it, and the step's deadline with it; without history, the
+bound."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.ci.matrix import CI_KINDS, MOST_MINUTES
-from harness.ci.timeouts import FACTOR, LEAST_MIN, MARGIN_MIN, minutes, percentile, predicted
+from harness.ci.step_timeouts import FACTOR, LEAST_MIN, MARGIN_MIN, minutes, percentile, predicted
 from harness.config.validate import check
 from harness.report.build import near_timeout
 from tests.unit.test_ci_buildkite import cell_steps, generate, project

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from harness import ledger
 from harness.ledger.check import FIELDS
 from harness.platform import allocator
-from harness.report import shards
+from harness.report import union
 from harness.report.store import load
 from harness.report.summary import render
 from tests.fakes.torch_cuda import GIB, FakeCuda, module
@@ -36,6 +36,7 @@ def test_no_device_context_no_bytes(monkeypatch):
 def test_the_peak_is_each_tests_own(steps: list[tuple[int, bool]]) -> None:
     """Each call returns the most torch reserved since the previous one, never less than it holds now."""
     cuda = FakeCuda()
+    real = sys.modules.get("torch")  # the worker's real torch, if a test before imported it: put back
     sys.modules["torch"] = module(cuda)
     try:
         cuda.alloc(GIB)
@@ -50,7 +51,12 @@ def test_the_peak_is_each_tests_own(steps: list[tuple[int, bool]]) -> None:
             assert peak is not None and peak >= most >= before
             assert peak == max(before, most)
     finally:
-        del sys.modules["torch"]
+        # deleting a real torch would make the next `import torch` run its __init__ over its loaded C
+        # extension again: a segfault in the worker, seen in CI
+        if real is None:
+            del sys.modules["torch"]
+        else:
+            sys.modules["torch"] = real
 
 
 DEVICE_TESTS = """
@@ -148,6 +154,6 @@ def test_a_report_without_it_still_loads(tmp_path):
 def test_shards_are_judged_each_in_its_own_job(tmp_path):
     """A runner in shard 0's gw0 says nothing of shard 1's gw0 (another machine)."""
     a, b = _gpu_run(tmp_path / "a").finalize(), _gpu_run(tmp_path / "b").finalize()
-    joined = shards.gpu_free.joined([a["gpu_free"], b["gpu_free"]])
+    joined = union.gpu_free.joined([a["gpu_free"], b["gpu_free"]])
     assert [t["nodeid"] for t in joined["tests"]] == ["t.py::test_`tok`|<b>"] * 2
     assert joined["gpu_minutes"] == 4.0

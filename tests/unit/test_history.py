@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.report.history import first_failure_s, lines
+from harness.report.history_lines import first_failure_s, lines
 from tests.unit.test_shards import harness_run
 
 pytest_plugins = ["pytester"]

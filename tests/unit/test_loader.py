@@ -29,8 +29,8 @@ from harness.report import baseline as before_after
 from harness.report import summary
 from harness.report.compare import Gate, compare, render
 from harness.report.schema import Report
-from harness.report.shards import merge
 from harness.report.store import configurations, load, load_phases, recorded
+from harness.report.union import merge
 from harness.run.shards import configurations_from
 from harness.split import junit_key
 from tests.unit.schema_strategies import leaves, named, of, put

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from harness import split
 from harness.cli import main as harness
 from harness.errors import HarnessError
-from harness.report.shards import merge
+from harness.report.union import merge
 
 RUNS = Path(__file__).resolve().parents[2] / "docs" / "runs"
 

@@ -2,7 +2,7 @@
 every retry is in the open (terminal, JUnit, ledger, summary), counted against what reuse saved.
 
 A test that fails without reuse must fail with reuse; a test that fails only because of the engine it was
-handed must pass. The net tells them apart (harness.pytest_plugin.reuse): it runs a failed test again on
+handed must pass. The net tells them apart (harness.pytest_plugin.safety_net): it runs a failed test again on
 the engine it failed on, then on fresh engines; a history that saw the test fail spares the retry.
 """
 

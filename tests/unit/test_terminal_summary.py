@@ -1,4 +1,4 @@
-"""The plugin's terminal summary (``harness.pytest_plugin.summary``) ends every session it reads a ledger in,
+"""The plugin's terminal summary (``harness.pytest_plugin.terminal``) ends every session it reads a ledger in,
 whatever lines the ledger holds: a finding the reader made of a bad line has no time of its own (issue 50,
 item 8: it ended the summary with a KeyError, exit 1 and a traceback)."""
 

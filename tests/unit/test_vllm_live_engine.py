@@ -4,7 +4,8 @@
 test builds its own (0.7): vLLM alone fails that start after ~25 s here ("Available memory on node 0 (5.64/
 8.71 GiB) ... less than desired CPU memory utilization (0.8, 6.97 GiB)" with 0.8; on a GPU it would wait
 240 s); the harness stops it before the engine is built, naming the fixture. ``embed_class_scoped.py``,
-the fix, passes with one start per engine configuration. Each engine start costs ~30 s on 2 cores.
+the fix, passes with one start per engine configuration. Each engine start costs ~30 s on 2 cores. A last
+test kills the module engine's process between two calls: its failure is classed engine-died.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def test_live_module_engine_is_named_and_class_scope_passes(pytester, monkeypatc
     result = pytester.runpytest_subprocess(
         "--harness", "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
     )
-    result.assert_outcomes(passed=4, failed=1)
+    result.assert_outcomes(passed=4, failed=2)
     result.stdout.fnmatch_lines(
         [
             "*live-runner-overlap*fixture `embedder` is module-scoped and lives until the end of "
@@ -49,7 +50,10 @@ def test_live_module_engine_is_named_and_class_scope_passes(pytester, monkeypatc
     )
     merged = ledger.read(directory)
     classes = {t["nodeid"]: t.get("failure_class") for t in merged.tests if t["outcome"] == "failed"}
-    assert classes == {"test_embed_module_scoped.py::test_own_engine": "start-blocked"}  # why, for real
+    assert classes == {  # why each failed, produced for real
+        "test_embed_module_scoped.py::test_own_engine": "start-blocked",
+        "test_embed_module_scoped.py::test_engine_dies_under_the_test": "engine-died",
+    }
     leaky = [r for r in merged.records if r["file"] == "test_embed_module_scoped.py"]
     assert [(r["fixture"], r["outcome"]) for r in leaky] == [("embedder", "started"), (None, "blocked")]
     assert "started in test_embed_module_scoped.py::test_shared_embedding" in leaky[1]["holders"][0]
