@@ -5,22 +5,30 @@ name the tests that held a GPU without using it, with their GPU-minutes."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from harness import ledger
 from harness.ledger.check import FIELDS
-from harness.platform import allocator
 from harness.report import union
 from harness.report.store import load
 from harness.report.summary import render
-from tests.fakes.torch_cuda import GIB, FakeCuda, module
+from tests.fakes.torch_cuda import GIB
 from tests.unit.report_runs import Run
 
 pytest_plugins = ["pytester"]
+
+
+# Run in a process of their own: swapping ``sys.modules["torch"]`` in a worker that has imported the real
+# torch can make a later ``import torch`` there run torch's __init__ over its loaded C extension again.
+PEAK_TESTS = """
+import sys
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.platform import allocator
+from tests.fakes.torch_cuda import GIB, FakeCuda, module
 
 
 def test_no_device_context_no_bytes(monkeypatch):
@@ -31,12 +39,11 @@ def test_no_device_context_no_bytes(monkeypatch):
     assert allocator.peak_reserved() is None  # torch imported, CUDA never initialised
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 8 * GIB), st.booleans()), max_size=12))
-def test_the_peak_is_each_tests_own(steps: list[tuple[int, bool]]) -> None:
-    """Each call returns the most torch reserved since the previous one, never less than it holds now."""
+def test_the_peak_is_each_tests_own(steps):
+    # each call returns the most torch reserved since the previous one, never less than it holds now
     cuda = FakeCuda()
-    real = sys.modules.get("torch")  # the worker's real torch, if a test before imported it: put back
     sys.modules["torch"] = module(cuda)
     try:
         cuda.alloc(GIB)
@@ -51,12 +58,17 @@ def test_the_peak_is_each_tests_own(steps: list[tuple[int, bool]]) -> None:
             assert peak is not None and peak >= most >= before
             assert peak == max(before, most)
     finally:
-        # deleting a real torch would make the next `import torch` run its __init__ over its loaded C
-        # extension again: a segfault in the worker, seen in CI
-        if real is None:
-            del sys.modules["torch"]
-        else:
-            sys.modules["torch"] = real
+        del sys.modules["torch"]
+"""
+
+
+def test_the_allocator_peak_is_each_tests_own(pytester, fake_gpus):
+    """No device context: None; with one, each call the most torch reserved since the last (a property,
+    200 examples), in a process of its own."""
+    fake_gpus([])  # and the checkout on PYTHONPATH, for tests.fakes
+    pytester.makepyfile(test_peak=PEAK_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--no-harness")
+    result.assert_outcomes(passed=2)
 
 
 DEVICE_TESTS = """
@@ -90,7 +102,6 @@ def test_after_it():
 
 def test_the_test_event_carries_device_bytes(pytester, monkeypatch):
     monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
-    monkeypatch.delitem(sys.modules, "torch", raising=False)
     pytester.makepyfile(test_x=DEVICE_TESTS)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--harness", "--harness-ledger-dir", "led"
