@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -47,12 +46,6 @@ def pytest_configure(config: pytest.Config) -> None:
         # a folder of this session's alone: pytest empties a given basetemp, so a shared one would be
         # emptied under a session running beside it
         config.option.basetemp = tempfile.mkdtemp(prefix="harness-tests-")
-    if hasattr(config, "workerinput") and importlib.util.find_spec("torch") is not None:
-        # torch in every worker from the start: a test that patches sys.modules["torch"] (a fake) then
-        # puts the real one back, never deletes one a test beside it imported meanwhile; torch's __init__
-        # run again over its loaded C extension failed later imports in a worker ("bad call flags", then
-        # a segfault), three CI runs out of three
-        import torch  # noqa: F401
 
 
 @pytest.fixture

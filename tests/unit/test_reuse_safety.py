@@ -26,9 +26,17 @@ pytestmark = [
 ]
 
 
-def test_reuse_keeps_every_outcome_and_says_why_it_refused(pytester, monkeypatch, tmp_path_factory):
+@pytest.fixture(scope="module")
+def safety_model(tmp_path_factory) -> str:
+    """Built before any test's pytester: pytester puts sys.modules back after its test, and the torch and
+    transformers modules a build imports there would be dropped under their loaded C extensions (a later
+    test's import in this worker then failed: "Only a single TORCH_LIBRARY ...", "bad call flags")."""
+    return build("llama", minilm_path(), tmp_path_factory.mktemp("llama"))
+
+
+def test_reuse_keeps_every_outcome_and_says_why_it_refused(pytester, monkeypatch, safety_model):
     monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
-    monkeypatch.setenv("SAFETY_MODEL", build("llama", minilm_path(), tmp_path_factory.mktemp("llama")))
+    monkeypatch.setenv("SAFETY_MODEL", safety_model)
     shutil.copy(SUITE, pytester.path / "test_safety.py")
     directory = pytester.path / "ledger"
     result = pytester.runpytest_subprocess(
