@@ -67,7 +67,7 @@ def from_settings(values: Iterable[object], where: str = "[tool.harness] quarant
 def _table(label: str, value: Mapping[str, object], source: str) -> Entry:
     unknown = [key for key in value if key not in _KEYS]
     if unknown:
-        raise ConfigError(f"{label} {unknown[0]}: unknown key (known: {', '.join(_KEYS)})")
+        raise ConfigError(f"{label} {unknown[0]!r}: unknown key (known: {', '.join(_KEYS)})")
     test, until, platform, reason = (value.get(key) for key in _KEYS)
     if not isinstance(test, str) or not test.strip():
         raise ConfigError(f"{label} test: expected a test's node id, got {test!r}")

@@ -23,9 +23,9 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from harness.ledger.writer import LedgerWriter
+from harness.pytest_plugin import classes
 from harness.tracking.context import current
 
-CLASS = "failure_class"  # pytest_plugin.classes's user property
 LONGREPR_CHARS = 4000  # a rerun record keeps the end of its failure text: the assertion is last
 
 
@@ -169,7 +169,7 @@ def _failure(attempt: Try) -> dict[str, Any]:
         "message": message or (text.splitlines()[-1] if text else failure.when),
         "longrepr": text[-LONGREPR_CHARS:],
         # the class pytest_plugin.classes gave it, where that plugin ran (its user property)
-        "failure_class": next((v for n, v in reversed(failure.user_properties) if n == CLASS), None),
+        "failure_class": classes.of(failure),
     }
 
 

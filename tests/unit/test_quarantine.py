@@ -214,13 +214,13 @@ def test_harness_flaky_on_a_bad_report_is_one_line(tmp_path: Path) -> None:
 
 QUARANTINED = """
 def test_quarantined_fails():
-    assert 1 == 2
+    raise AssertionError("fails on purpose: the quarantine must keep it from gating")
 
 def test_quarantined_passes():
     pass
 
 def test_expired_fails():
-    assert 1 == 2
+    raise AssertionError("fails on purpose: its quarantine has ended")
 """
 
 
