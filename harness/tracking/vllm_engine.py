@@ -275,10 +275,22 @@ def vllm_configuration(function, args: tuple, kwargs: dict) -> tuple[dict, str, 
     variables = environment(keyed)
     if variables:
         config["environment"] = variables
+    if switched := precision():
+        config["torch_precision"] = switched
     others = {name: value for name, value in keyed.items() if name not in variables}
     if others:
         config["other_environment"] = hashlib.sha256(repr(sorted(others.items())).encode()).hexdigest()[:12]
     return config, arguments, keyed
+
+
+def precision() -> str | None:
+    """This process's float32 matmul precision where a test switched it from torch's ``highest``: an engine
+    process forked from here inherits it (TF32 matmuls change float32 results), so a start under another
+    switch is another configuration. None where torch is not loaded or the switch is torch's default."""
+    torch = sys.modules.get("torch")
+    read = getattr(torch, "get_float32_matmul_precision", None)
+    switched = read() if callable(read) else "highest"
+    return None if switched == "highest" else str(switched)
 
 
 def _local(path: object) -> str | None:

@@ -44,6 +44,20 @@ def test_device_masks_and_the_libraries_variables_are_in_the_key(monkeypatch):
         monkeypatch.delenv(name)
 
 
+def test_a_precision_switch_in_this_process_is_in_the_key():
+    """TF32 switched on in the test process reaches an engine process forked from it: another key, and back
+    to the default the same key as before."""
+    import torch
+
+    plain = key("org/model")
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert key("org/model") != plain
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    assert key("org/model") == plain
+
+
 def test_every_variable_is_in_the_key_unless_known_not_to_change_an_engine(monkeypatch):
     """A variable outside vLLM's list that the workers read (``ieee_float32()``'s Triton switch) was not in
     the key: a warm engine started under it was handed to a start without it."""

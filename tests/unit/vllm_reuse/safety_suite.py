@@ -62,6 +62,15 @@ def drawn(runner: OwnRunner) -> list[int]:
     return list(output.outputs[0].token_ids)
 
 
+def logprobs(runner: OwnRunner) -> list[float]:
+    """The greedy tokens' log-probabilities: float32 results that TF32 matmuls change in the 4th digit."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=8, logprobs=0)
+    [output] = runner.llm.generate([PROMPT], params, use_tqdm=False)
+    return [next(iter(step.values())).logprob for step in output.outputs[0].logprobs]
+
+
 def zero_weights(model) -> None:
     """Sent to the workers by apply_model: every logit the same from now on."""
     for parameter in model.parameters():
@@ -72,6 +81,7 @@ def test_fresh_answers(vllm_runner):
     with vllm_runner(MODEL) as runner:
         FRESH["drawn"] = drawn(runner)  # first: moves the random state on
         FRESH["greedy"] = greedy(runner)
+        FRESH["logprobs"] = logprobs(runner)
         tokenizer = runner.llm.get_tokenizer()
         FRESH["tokenizer"] = (tokenizer.padding_side, getattr(tokenizer, "chat_template", None))
         FRESH["max_tokens"] = runner.llm.get_default_sampling_params().max_tokens
@@ -113,6 +123,24 @@ def test_left_asleep(vllm_runner):
 def test_after_a_sleeping_engine(vllm_runner):
     with vllm_runner(MODEL) as runner:
         assert greedy(runner) == FRESH["greedy"]
+
+
+def test_precision_switched(vllm_runner):
+    """TF32 for float32 matmuls in this process while its engine starts (an engine process forked from here
+    inherits it), put back afterwards: the switch is the test's own, its engine is not the next test's."""
+    import torch
+
+    torch.set_float32_matmul_precision("high")
+    try:
+        with vllm_runner(MODEL) as runner:
+            greedy(runner)
+    finally:
+        torch.set_float32_matmul_precision("highest")
+
+
+def test_precision_as_default(vllm_runner):
+    with vllm_runner(MODEL) as runner:
+        assert logprobs(runner) == pytest.approx(FRESH["logprobs"], rel=1e-5)
 
 
 def test_defaults_left_cached(vllm_runner):
