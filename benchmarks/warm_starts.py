@@ -48,7 +48,8 @@ def suite(work: Path) -> tuple[Path, str]:
     here = work / "suite"
     here.mkdir(parents=True, exist_ok=True)
     (here / "test_warm.py").write_text(TEST)
-    (here / "pyproject.toml").write_text('[tool.harness]\n\n[tool.harness.suites.warm]\npaths = ["test_warm.py"]\n')
+    suites = '[tool.harness.suites.warm]\npaths = ["test_warm.py"]\n'
+    (here / "pyproject.toml").write_text(f"[tool.harness]\n\n{suites}")
     return here, str(model)
 
 
