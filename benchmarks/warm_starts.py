@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.report import store  # noqa: E402
 
-TEST = '''import os
+TEST = """import os
 
 from harness.runners import VllmRunner
 
@@ -35,7 +35,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 def test_compiled_engine_answers():
     with VllmRunner(os.environ["WARM_MODEL"], dtype="float32", max_model_len=256, enforce_eager=False) as r:
         assert r.llm.generate(["warm"], use_tqdm=False)[0].outputs[0].token_ids
-'''
+"""
 
 
 def suite(work: Path) -> tuple[Path, str]:
