@@ -8,7 +8,10 @@ cell's merge step (the cache plugin's save and restore are the folder staying wh
 1. a build of `main`: no history (its summary says so), the split by test count; its merge step keeps
    `harness-baseline/pooling-cpu`;
 2. a pull request into `main`: the timeout from main's recorded durations, the shards balanced by them
-   (max/mean printed beside the split by count), the broken test first in its shard, with its class.
+   (max/mean printed beside the split by count), the broken test first in its shard, with its class;
+3. the GPU-free tests (`gpu_free_job`): main's merged report judged as a CUDA cell's (no GPU here: its
+   platform renamed, `gpu_free` computed as on a GPU), the CUDA pipeline `harness ci buildkite` makes from
+   it (the GPU step's `HARNESS_GPU_FREE=deselect`, the CPU step), and that CPU step run for real.
 
     .nox/cpu_stack/bin/python benchmarks/ci_history.py --work /tmp/cih
 """
@@ -38,6 +41,7 @@ BUILDS = {
 }
 CI = (
     '\n[tool.harness.ci]\nprebuilt_image = true\nplatforms = ["cpu"]\nsuites = ["pooling"]\nparallelism = 2\n'
+    "gpu_free_job = true\n"
 )
 POOLING = "tests/models/pooling"
 # each file keeps some of test_embedding.py's tests: pytest collects what the module still names
@@ -173,6 +177,63 @@ def predicted(tree: Path) -> None:
         print(f"pr: split {name}: main's seconds per shard {spread(took)}")
 
 
+def gpu_free_split(tree: Path) -> None:
+    """Main's report as a CUDA cell's history, the pipeline made from it, and its CPU step run."""
+    sys.path.insert(0, str(tree))
+    from harness.report import gpu_free  # noqa: PLC0415 -- the copy's
+
+    report = json.loads((tree / "harness-baseline/pooling-cpu/report.json").read_text())
+    report["platform"]["name"] = "cuda"
+    report["gpu_free"] = gpu_free.section("cuda", report["tests"], report["records"], report["workers"])
+    kept = tree / "harness-baseline/pooling-cuda"
+    kept.mkdir(parents=True, exist_ok=True)
+    (kept / "report.json").write_text(json.dumps(report))
+    listed = report["gpu_free"]["tests"]
+    print(
+        f"gpu-free: {len(listed)} of {len(report['tests'])} tests, "
+        f"{report['gpu_free']['gpu_minutes']} GPU-minutes:"
+    )
+    for each in listed:
+        print(f"  {each['nodeid'].split('/')[-1]} {each['seconds']:.1f} s")
+    env = {**os.environ, **BUILDS["pr"], "BUILDKITE_PIPELINE_DEFAULT_BRANCH": "main"}
+    printed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "ci",
+            "buildkite",
+            "--platforms",
+            "cuda",
+            "--history",
+            "harness-baseline",
+        ],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    steps = yaml.safe_load(printed.stdout)["steps"]
+    print("gpu-free: " + printed.stderr.strip().replace("\n", "\ngpu-free: "))
+    for step in steps:
+        print(f"gpu-free: step {step['key']}: queue {step['agents']['queue']}, env {step.get('env', {})}")
+    cpu = next(step for step in steps if step["key"].endswith("-gpu-free"))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "pooling", "--platform", "cpu"],
+        cwd=tree,
+        env={**clean, **cpu["env"]},
+    )
+    took = time.monotonic() - started
+    ran = json.loads((tree / "harness-out/pooling-cuda-gpu-free/report.json").read_text())
+    outcomes = sorted({t["outcome"] for t in ran["tests"]})
+    starts = ran["starts"]["total"]["starts"]
+    tally = f"{len(ran['tests'])} tests ({', '.join(outcomes)}), {starts} runner starts"
+    print(f"gpu-free: CPU step exit {done.returncode} in {took:.0f} s: {tally}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, required=True)
@@ -186,6 +247,7 @@ def main() -> int:
         print(f"{build}: two shards in {run_shards(tree, test):.0f} s", flush=True)
         describe(tree, build)
         print(f"{build}: merge step exit {merge_step(tree, build, merge)}", flush=True)
+    gpu_free_split(tree)
     return 0
 
 

@@ -128,6 +128,14 @@ def _add_run(sub) -> None:
         "(x1.5 + 60 s, at least 60 s, at most test_timeout_s), unless it sets its own",
     )
     run.add_argument(
+        "--gpu-free",
+        choices=("deselect", "only"),
+        default=None,
+        help="the GPU-free tests the history lists (default HARNESS_GPU_FREE; [tool.harness.ci] gpu_free_job "
+        "sets it): 'deselect' leaves them to the CPU job, 'only' runs just them (--platform cpu) and fails "
+        "one that starts a runner; no history: nothing moves",
+    )
+    run.add_argument(
         "--baseline",
         metavar="REPORT",
         help="the base branch's report, run dir or folder of shard run dirs: the summary opens with "
@@ -192,7 +200,14 @@ def _add_ci(sub) -> None:
         "--history",
         metavar="DIR",
         help="the cells' last merged reports as the cache restores them (DIR/<suite>-<platform>, e.g. "
-        "harness-baseline): each test step's timeout_in_minutes from their durations (docs/ci.md)",
+        "harness-baseline): each test step's timeout_in_minutes from their durations, and under "
+        "[tool.harness.ci] gpu_free_job the GPU cells' GPU-free tests in CPU steps (docs/ci.md)",
+    )
+    buildkite.add_argument(
+        "--history-step",
+        action="store_true",
+        help="print instead one step that restores each cell's last merged report from the merge steps' "
+        "cache and uploads the pipeline made --history from it (the bootstrap's)",
     )
     _add_ci_settings(buildkite)
     buildkite.set_defaults(module="harness.ci.buildkite")

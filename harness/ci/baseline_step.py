@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.ci.matrix import Cell, CiSettings, harness_requirement
+from harness.report.gpu_free_job import KEPT as GPU_FREE  # the CPU job's key and run directory suffix
 
 CACHE_PLUGIN = "cache#v1.12.0"
 BASELINE_DIR = "harness-baseline"  # the cache plugin's path: the kept merged report, per cell
@@ -53,10 +54,12 @@ def _literal(branch: str | None) -> str:
     return _DEFAULT if branch is None else branch.replace("$", "$$")
 
 
-def step(cell: Cell, settings: CiSettings, parallelism: int, build: Build) -> dict:
-    """The cell's merge step: after its jobs (even failed ones), on the cpu queue, outside any image."""
+def step(cell: Cell, settings: CiSettings, parallelism: int, build: Build, gpu_free: bool = False) -> dict:
+    """The cell's merge step: after its jobs (even failed ones), on the cpu queue, outside any image.
+    ``gpu_free``: the cell's GPU-free tests ran in a CPU step (``gpu_free_job``), whose report is kept
+    beside the merged one (``<out>/gpu-free/``), where the next build's list reads which passed there."""
     kept = f"{BASELINE_DIR}/{cell.suite}-{cell.platform}"
-    setup, harness = _harness(settings)
+    setup, harness = install(settings)
     download = ["buildkite-agent", "artifact", "download", f"{cell.shard_dirs(parallelism)}/report.json", "."]
     if build.keeps:
         out, extra, cache = kept, [], {"save": "pipeline", "force": True}
@@ -81,17 +84,35 @@ def step(cell: Cell, settings: CiSettings, parallelism: int, build: Build) -> di
         saved = {**plugin, "path": out, "key-extra": f"{cell.key}@attempt@{build.own}"}
         saved.pop("restore", None)
         plugins.append({CACHE_PLUGIN: {**saved, "save": "pipeline", "force": True}})
+    kept_cpu = _kept_gpu_free(cell, out) if gpu_free else []
     return {
         "key": f"{cell.key}-baseline",
         "label": label,
-        "depends_on": cell.key,
+        "depends_on": [cell.key, f"{cell.key}-{GPU_FREE}"] if gpu_free else cell.key,
         "allow_dependency_failure": True,
         "agents": {"queue": settings.queues["cpu"]},
-        "commands": [*setup, f"{shlex.join(download)} --step {cell.key}", merge],
+        "commands": [*setup, f"{shlex.join(download)} --step {cell.key}", *kept_cpu, merge],
         "timeout_in_minutes": 30,
         "plugins": plugins,
         "artifact_paths": [f"{out}/*"],
     }
+
+
+def gpu_free_dir(cell: Cell) -> str:
+    """The run directory of a GPU cell's GPU-free CPU job (``harness run --gpu-free only``'s default)."""
+    return f"{cell.run_dir}-{GPU_FREE}"
+
+
+def _kept_gpu_free(cell: Cell, out: str) -> list[str]:
+    """The CPU job's report, downloaded and kept as ``<out>/gpu-free/report.json`` (a job that left none:
+    nothing kept, and its tests go back to the GPU steps)."""
+    report = f"{gpu_free_dir(cell)}/report.json"
+    fetch = shlex.join(["buildkite-agent", "artifact", "download", report, "."])
+    kept = shlex.join(["cp", report, f"{out}/{GPU_FREE}/report.json"])
+    return [
+        f"{fetch} --step {cell.key}-{GPU_FREE} || true",
+        f"if [ -f {shlex.quote(report)} ]; then mkdir -p {shlex.quote(f'{out}/{GPU_FREE}')} && {kept}; fi",
+    ]
 
 
 def history_dir(cell: Cell) -> str:
@@ -142,7 +163,7 @@ def compile_cache(cell: Cell, settings: CiSettings, build: Build, image: str | N
     return {CACHE_PLUGIN: entry}
 
 
-def _harness(settings: CiSettings) -> tuple[list[str], str]:
+def install(settings: CiSettings) -> tuple[list[str], str]:
     """Commands that install the harness, and its command: a prebuilt agent has it."""
     if settings.prebuilt_image:
         return [], "harness"

@@ -21,7 +21,9 @@ from harness.ci import baseline_step, step_timeouts
 from harness.ci.matrix import CI_KINDS, Cell, CiSettings, Container, cells, harness_requirement, load
 from harness.config.settings import CI_DEADLINE
 from harness.config.validate import check
-from harness.config.variables import COMPILE_CACHE, HISTORY
+from harness.config.variables import COMPILE_CACHE, GPU_FREE, HISTORY
+from harness.report import gpu_free_job
+from harness.report.gpu_free import GPU_PLATFORMS
 from harness.report.publish import annotation_context
 
 _NOX_VENV = ".harness-nox"
@@ -46,17 +48,85 @@ def pipeline(
     merges the cell's jobs and compares them with the base branch (``build``: the uploading job's
     environment, which says the branch). ``history``: a folder of the cells' last merged reports
     (``harness-baseline/<suite>-<platform>``, as the cache restores it), whose durations set each test
-    step's timeout (``harness.ci.step_timeouts``)."""
+    step's timeout (``harness.ci.step_timeouts``) and, under ``gpu_free_job``, whether a GPU cell's
+    GPU-free tests get a CPU step of their own."""
     base = baseline_step.Build.of(build if build is not None else os.environ, settings.baseline_branches)
     steps = []
     for cell in selected:
-        compare = {**baseline_step.step(cell, settings, parallelism, base), "retry": retries(settings)}
         kept = Path(history) / f"{cell.suite}-{cell.platform}" if history else None
         minutes, why = step_timeouts.for_cell(kept, parallelism, settings.timeout_in_minutes)
         if history:
             print(f"harness: {cell.key} timeout_in_minutes {minutes}: {why}", file=sys.stderr)
-        steps += [_step(cell, settings, parallelism, base, minutes), compare]
+        test = _step(cell, settings, parallelism, base, minutes)
+        moves = moving(cell, settings, kept)
+        compare = {**baseline_step.step(cell, settings, parallelism, base, moves), "retry": retries(settings)}
+        if moves:  # the GPU steps leave the listed tests to the CPU step, which reads the same history
+            test["env"][GPU_FREE] = "deselect"
+            steps += [test, _gpu_free_step(cell, settings, base, minutes), compare]
+        else:
+            steps += [test, compare]
     return {"steps": steps}
+
+
+def moving(cell: Cell, settings: CiSettings, kept: Path | None) -> bool:
+    """Whether a cell's GPU-free tests get a CPU job: ``gpu_free_job`` on, a GPU cell, and its history
+    (what the bootstrap restored) listing some; the reason is one line on stderr."""
+    if not settings.gpu_free_job or cell.platform not in GPU_PLATFORMS:
+        return False
+    moved = gpu_free_job.listed(str(kept) if kept else None, cell.suite, cell.platform)
+    print(f"harness: {cell.key} gpu_free_job: {moved.line}", file=sys.stderr)
+    return bool(moved.tests)
+
+
+def _gpu_free_step(cell: Cell, settings: CiSettings, base: baseline_step.Build, minutes: int) -> dict:
+    """The CPU step of a GPU cell's GPU-free tests: the cpu session on the cpu queue, running only the
+    tests the cell's history lists (``HARNESS_GPU_FREE=only``), into ``<cell's run dir>-gpu-free``."""
+    cpu = Cell("cpu", cell.suite)
+    out = baseline_step.gpu_free_dir(cell)
+    container = settings.container("cpu")
+    return {
+        "key": f"{cell.key}-{gpu_free_job.KEPT}",
+        "label": f"{cell.platform} {cell.suite}: GPU-free tests on the CPU",
+        "agents": {"queue": settings.queues["cpu"]},
+        "commands": _commands(cpu, settings, 1, container, minutes, out),
+        "timeout_in_minutes": minutes,
+        "env": {HISTORY: baseline_step.history_dir(cell), GPU_FREE: "only"},
+        "retry": retries(settings),
+        "artifact_paths": [f"{out}/**/*"],
+        "plugins": [
+            *([{DOCKER_PLUGIN: _docker(container)}] if container else []),
+            *baseline_step.history_cache(cell, settings, base),
+        ],
+    }
+
+
+def history_step(
+    selected: list[Cell], settings: CiSettings, argv: list[str], build: Mapping[str, str]
+) -> dict:
+    """``--history-step``: one step that restores each cell's last merged report from the cache its merge
+    step keeps (``harness-baseline/<suite>-<platform>``, the base branch's) and uploads the pipeline made
+    from them (``--history harness-baseline``: timeouts, GPU-free CPU steps)."""
+    base = baseline_step.Build.of(build, settings.baseline_branches)
+    setup, harness = baseline_step.install(settings)
+    plugins = [
+        entry for cell in selected for entry in baseline_step.history_cache(cell, settings, base)[:1]
+    ]  # the base's kept report only: a pull request's own attempt is the test steps' to read first
+    generate = shlex.join(
+        [*harness.split(), "ci", "buildkite", *argv, "--history", baseline_step.BASELINE_DIR]
+    )
+    return {
+        "steps": [
+            {
+                "key": "harness-pipeline-history",
+                "label": "harness: pipeline from the last build's reports",
+                "agents": {"queue": settings.queues["cpu"]},
+                "commands": [*setup, f"set -o pipefail; {generate} | buildkite-agent pipeline upload"],
+                "timeout_in_minutes": 30,
+                "retry": retries(settings),
+                "plugins": plugins,
+            }
+        ]
+    }
 
 
 def main(args: argparse.Namespace) -> int:
@@ -64,6 +134,21 @@ def main(args: argparse.Namespace) -> int:
     given = args.parallelism
     parallelism = settings.parallelism if given is None else check("--parallelism", given, PARALLELISM)
     selected = cells(settings, known_suites, args.platforms, args.suites)
+    if getattr(args, "history_step", False):
+        passed = [
+            part
+            for option, value in (
+                ("--platforms", args.platforms),
+                ("--suites", args.suites),
+                ("--parallelism", given),
+                ("--ci-settings", args.ci_settings),
+            )
+            if value is not None
+            for part in (option, str(value))
+        ]
+        made = history_step(selected, settings, passed, os.environ)
+        sys.stdout.write(yaml.safe_dump(made, sort_keys=False, width=1000))
+        return 0
     made = pipeline(selected, settings, parallelism, history=args.history)
     sys.stdout.write(yaml.safe_dump(made, sort_keys=False, width=1000))
     return 0
@@ -104,7 +189,12 @@ def retries(settings: CiSettings) -> dict:
 
 
 def _commands(
-    cell: Cell, settings: CiSettings, parallelism: int, container: Container | None, minutes: int
+    cell: Cell,
+    settings: CiSettings,
+    parallelism: int,
+    container: Container | None,
+    minutes: int,
+    out: str | None = None,
 ) -> list[str]:
     # An image has the test stack: nox and the harness that generated this step go into it (the container
     # is thrown away after the step). A prebuilt agent has all of it. Otherwise nox gets a venv of its own
@@ -117,10 +207,12 @@ def _commands(
         setup = [f"python3 -m venv {_NOX_VENV} && {_NOX_VENV}/bin/pip install --quiet 'nox[uv]'"]
         nox = shlex.join([f"{_NOX_VENV}/bin/nox", "-s", cell.session])
     shard = f"-$${{BUILDKITE_PARALLEL_JOB}}of{parallelism}" if parallelism > 1 else ""
-    summary = shlex.quote(f"{cell.run_dir}") + f"{shard}/summary.md"
+    summary = shlex.quote(out or cell.run_dir) + f"{shard}/summary.md"
     # the context harness run annotates with (summary.annotation_context), so a retried job's summary
     # replaces this line rather than standing beside it
-    context = shlex.quote(annotation_context(cell.suite, cell.platform)) + shard
+    context = (
+        shlex.quote(annotation_context(cell.suite, cell.platform)) + shard + ("-gpu-free" if out else "")
+    )
     # ``harness run`` annotates the build with its summary itself; a session that died before writing
     # one still leaves a line saying so.
     missing = (

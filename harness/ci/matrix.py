@@ -69,6 +69,9 @@ class CiSettings:
     fail_on_regression: tuple[str, ...] = ()
     baseline_branches: tuple[str, ...] = ()
     cache_backend: str = "s3"
+    # the GPU-free tests that a GPU cell's history lists (report.gpu_free, and those that passed on this
+    # job last time) run in a CPU job of their own, deselected from the GPU steps; no history: nothing moves
+    gpu_free_job: bool = False
 
     def container(self, platform: str) -> Container | None:
         """The container a cell of ``platform`` runs in, or None: it runs on the agent itself."""

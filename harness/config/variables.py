@@ -21,3 +21,9 @@ FAILED = "failed"
 # inductor's compile caches into a folder of it named by platform, vLLM and torch version
 # (harness.run.kept_cache), so a build's engines start from the default branch's compiled graphs
 COMPILE_CACHE = "HARNESS_COMPILE_CACHE"
+# [tool.harness.ci] gpu_free_job: what a generated step does with the GPU-free tests its history lists
+# (harness.run.gpu_free_job): "deselect" (a GPU step: they run elsewhere) or "only" (their CPU job)
+GPU_FREE = "HARNESS_GPU_FREE"
+# the list harness run hands each phase's pytest (a JSON file {mode, source, tests}): the plugin deselects
+# them, or keeps only them and fails one that starts a runner (harness.pytest_plugin.gpu_free_job)
+GPU_FREE_TESTS = "HARNESS_GPU_FREE_TESTS"

@@ -17,7 +17,7 @@ import os
 import pytest
 
 from harness.config.pyproject import declares_table, find_pyproject
-from harness.config.variables import CONFIGURATIONS, SWITCH
+from harness.config.variables import CONFIGURATIONS, GPU_FREE_TESTS, SWITCH
 from harness.errors import HarnessError
 
 __all__ = ["SWITCH", "asked"]
@@ -142,6 +142,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         from harness.pytest_plugin import order
 
         early_config.pluginmanager.register(order, order.__name__)
+    if os.environ.get(GPU_FREE_TESTS):  # [tool.harness.ci] gpu_free_job: a GPU step's or the CPU job's list
+        from harness.pytest_plugin import gpu_free_job
+
+        early_config.pluginmanager.register(gpu_free_job.load(), gpu_free_job.__name__)
 
 
 def _rootdir_kept(config: pytest.Config) -> None:

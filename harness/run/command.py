@@ -27,12 +27,20 @@ from rich.table import Table
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.settings import Settings, ci_deadline, load_settings
 from harness.config.suites import Suite, check_paths, load_suite, run_dir
-from harness.config.variables import COMPILE_CACHE, CONFIGURATIONS, SWITCH, TEST_TIMEOUTS
+from harness.config.variables import (
+    COMPILE_CACHE,
+    CONFIGURATIONS,
+    GPU_FREE,
+    GPU_FREE_TESTS,
+    SWITCH,
+    TEST_TIMEOUTS,
+)
 from harness.errors import HarnessError
 from harness.ledger.redaction import Redactor
 from harness.platform import detect
 from harness.platform.slots import auto_workers
 from harness.report import baseline as before_after
+from harness.report import gpu_free_job
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS
 from harness.report.schema import Report
@@ -85,7 +93,12 @@ def main(args) -> int:
         env.update(variables)
         print(f"harness: {line}", file=sys.stderr)
     where = (shard.index, shard.count) if shard else None
+    moved = _moved(args, env, suite.name, platform)
+    if moved is not None and not moved.tests and _mode(args, env) == "only":
+        return 0  # the CPU job with nothing listed: nothing to run (said on stderr)
     out = Path(args.out or run_dir(directory.segment("suite", suite.name), platform, where))
+    if _mode(args, env) == "only" and not args.out and moved is not None:  # beside its GPU cell's
+        out = Path(f"{run_dir(suite.name, str(moved.platform), where)}-{gpu_free_job.KEPT}")
     before_after.refuse_itself(out, args.baseline or settings.baseline)  # before the run clears out
     with directory.locked(out) as lock, stop_signals():
         try:
@@ -93,6 +106,11 @@ def main(args) -> int:
             if configurations is not None:  # the plugin orders tests by the configurations they started
                 write_atomic(out / "configurations.json", json.dumps(configurations, indent=1) + "\n")
                 env[CONFIGURATIONS] = str((out / "configurations.json").resolve())
+            if moved is not None and moved.tests:  # the plugin deselects them, or keeps only them
+                mode = _mode(args, env)
+                listing = {"mode": mode, "source": moved.source, "tests": moved.tests}
+                write_atomic(out / "gpu-free.json", json.dumps(listing, indent=1) + "\n")
+                env[GPU_FREE_TESTS] = str((out / "gpu-free.json").resolve())
             if args.timeouts_from_history and history:  # each test's timeout from its recorded seconds
                 timeouts = past.test_timeouts(load(history), settings.test_timeout_s)
                 write_atomic(out / "test-timeouts.json", json.dumps(timeouts, indent=1) + "\n")
@@ -104,6 +122,26 @@ def main(args) -> int:
             return _run(run, suite, detection, shard, args.fail_fast)
         except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
             return 128 + stopped.signum
+
+
+def _mode(args, env: dict) -> str | None:
+    return gpu_free_job.mode(getattr(args, "gpu_free", None) or env.get(GPU_FREE))
+
+
+def _moved(args, env: dict, suite: str, platform: str) -> gpu_free_job.Moved | None:
+    """``--gpu-free`` / ``HARNESS_GPU_FREE`` (the generated CI's, ``gpu_free_job``): the GPU-free tests
+    the history lists, which a GPU step leaves out and the CPU job runs alone; None when not asked."""
+    mode = _mode(args, env)
+    if mode is None:
+        return None
+    if mode == "only" and platform != "cpu":
+        raise HarnessError(f"{GPU_FREE}=only runs the GPU-free tests on the CPU: use --platform cpu")
+    moved = gpu_free_job.listed(
+        args.history or env.get(past.VARIABLE), suite, None if mode == "only" else platform
+    )
+    verb = "run here, on the CPU" if mode == "only" else "left to the CPU job"
+    print(f"harness: {moved.line}" + (f": {verb}" if moved.tests else ""), file=sys.stderr)
+    return moved
 
 
 def _pytest_args(extra: list[str]) -> list[str]:

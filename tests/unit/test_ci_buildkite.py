@@ -192,8 +192,27 @@ def test_bootstrap_pipeline_is_valid_and_uploads_the_generated_one():
     checked = validate(path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     commands = " ; ".join(yaml.safe_load(path.read_text())["steps"][0]["commands"])
-    assert "harness ci buildkite | buildkite-agent pipeline upload" in commands
+    assert "harness ci buildkite --history-step | buildkite-agent pipeline upload" in commands
     assert "pipefail" in commands
+
+
+def test_the_history_step_restores_each_cells_report_before_the_pipeline_is_made(tmp_path):
+    """The bootstrap's upload: one step that restores every cell's last merged report from the cache its
+    merge step keeps, then makes the pipeline with that history."""
+    out = tmp_path / "history.yml"
+    made = subprocess.run(
+        [sys.executable, "-m", "harness", "ci", "buildkite", "--history-step"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    out.write_text(made.stdout)
+    assert validate(out).returncode == 0
+    [step] = yaml.safe_load(made.stdout)["steps"]
+    restored = [plugin["cache#v1.12.0"]["path"] for plugin in step["plugins"]]
+    assert "harness-baseline/pooling-cuda" in restored
+    assert "--history harness-baseline | buildkite-agent pipeline upload" in " ; ".join(step["commands"])
 
 
 def interpolate(command: str) -> str:
