@@ -213,10 +213,26 @@ def _add_ci(sub) -> None:
     buildkite.set_defaults(module="harness.ci.buildkite")
     matrix = ci_sub.add_parser("matrix", help="print the platform x suite matrix")
     matrix.add_argument(
-        "--format", choices=["github", "json"], default="github", help="GitHub Actions matrix or plain JSON"
+        "--format",
+        choices=["github", "github-output", "json"],
+        default="github",
+        help="GitHub Actions matrix, the reusable workflow's $GITHUB_OUTPUT lines, or plain JSON",
     )
     matrix.add_argument("--platforms", default=None, help="comma-separated (default: [tool.harness.ci])")
     matrix.add_argument("--suites", default=None, help="comma-separated (default: [tool.harness.ci])")
+    matrix.add_argument(
+        "--history",
+        metavar="DIR",
+        help="the cells' last merged reports as the cache restores them (DIR/<suite>-<platform>): each "
+        "job's timeout_minutes from their durations, and under [tool.harness.ci] gpu_free_job a CPU row "
+        "for the GPU cells' GPU-free tests (docs/ci.md)",
+    )
+    matrix.add_argument(
+        "--timeout-in-minutes",
+        type=int,
+        default=None,
+        help="the most a job may take, and its timeout without history (default: [tool.harness.ci])",
+    )
     _add_ci_settings(matrix)
     matrix.set_defaults(module="harness.ci.github")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Backs docs/validation.md § Warm starts on CUDA: benchmarks/warm_starts.py (one compiled vLLM start, cold
+# Backs docs/ci.md § Compile cache: engines start warm (its CUDA figures): benchmarks/warm_starts.py (one compiled vLLM start, cold
 # then warm from the kept compile cache) on the GPU machine. Needs `benchmarks/gpu/stage.sh install` done on
 # the same machine. Into $OUT: warm-starts.log and each run's harness log.
 #   PAIRS=2 BUDGET_S=300 bash benchmarks/gpu/warm_starts.sh

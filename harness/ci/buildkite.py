@@ -13,17 +13,16 @@ import os
 import shlex
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 import yaml
 
-from harness.ci import baseline_step, step_timeouts
+from harness.ci import baseline_step
+from harness.ci.learned import decide as history_decides
 from harness.ci.matrix import CI_KINDS, Cell, CiSettings, Container, cells, harness_requirement, load
 from harness.config.settings import CI_DEADLINE
 from harness.config.validate import check
 from harness.config.variables import COMPILE_CACHE, GPU_FREE, HISTORY
 from harness.report import gpu_free_job
-from harness.report.gpu_free import GPU_PLATFORMS
 from harness.report.publish import annotation_context
 
 _NOX_VENV = ".harness-nox"
@@ -53,29 +52,20 @@ def pipeline(
     base = baseline_step.Build.of(build if build is not None else os.environ, settings.baseline_branches)
     steps = []
     for cell in selected:
-        kept = Path(history) / f"{cell.suite}-{cell.platform}" if history else None
-        minutes, why = step_timeouts.for_cell(kept, parallelism, settings.timeout_in_minutes)
-        if history:
-            print(f"harness: {cell.key} timeout_in_minutes {minutes}: {why}", file=sys.stderr)
-        test = _step(cell, settings, parallelism, base, minutes)
-        moves = moving(cell, settings, kept)
-        compare = {**baseline_step.step(cell, settings, parallelism, base, moves), "retry": retries(settings)}
-        if moves:  # the GPU steps leave the listed tests to the CPU step, which reads the same history
+        decided = history_decides(cell, settings, parallelism, history, settings.timeout_in_minutes)
+        test = _step(cell, settings, parallelism, base, decided.minutes)
+        compare = {
+            **baseline_step.step(cell, settings, parallelism, base, decided.moves),
+            "retry": retries(settings),
+        }
+        if (
+            decided.moves
+        ):  # the GPU steps leave the listed tests to the CPU step, which reads the same history
             test["env"][GPU_FREE] = "deselect"
-            steps += [test, _gpu_free_step(cell, settings, base, minutes), compare]
+            steps += [test, _gpu_free_step(cell, settings, base, decided.minutes), compare]
         else:
             steps += [test, compare]
     return {"steps": steps}
-
-
-def moving(cell: Cell, settings: CiSettings, kept: Path | None) -> bool:
-    """Whether a cell's GPU-free tests get a CPU job: ``gpu_free_job`` on, a GPU cell, and its history
-    (what the bootstrap restored) listing some; the reason is one line on stderr."""
-    if not settings.gpu_free_job or cell.platform not in GPU_PLATFORMS:
-        return False
-    moved = gpu_free_job.listed(str(kept) if kept else None, cell.suite, cell.platform)
-    print(f"harness: {cell.key} gpu_free_job: {moved.line}", file=sys.stderr)
-    return bool(moved.tests)
 
 
 def _gpu_free_step(cell: Cell, settings: CiSettings, base: baseline_step.Build, minutes: int) -> dict:

@@ -25,5 +25,5 @@ COMPILE_CACHE = "HARNESS_COMPILE_CACHE"
 # (harness.run.gpu_free_job): "deselect" (a GPU step: they run elsewhere) or "only" (their CPU job)
 GPU_FREE = "HARNESS_GPU_FREE"
 # the list harness run hands each phase's pytest (a JSON file {mode, source, tests}): the plugin deselects
-# them, or keeps only them and fails one that starts a runner (harness.pytest_plugin.gpu_free_job)
+# them, or keeps only them and fails one that starts a runner (harness.pytest_plugin.cpu_job)
 GPU_FREE_TESTS = "HARNESS_GPU_FREE_TESTS"

@@ -143,9 +143,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
         early_config.pluginmanager.register(order, order.__name__)
     if os.environ.get(GPU_FREE_TESTS):  # [tool.harness.ci] gpu_free_job: a GPU step's or the CPU job's list
-        from harness.pytest_plugin import gpu_free_job
+        from harness.pytest_plugin import cpu_job
 
-        early_config.pluginmanager.register(gpu_free_job.load(), gpu_free_job.__name__)
+        early_config.pluginmanager.register(cpu_job.load(), cpu_job.__name__)
 
 
 def _rootdir_kept(config: pytest.Config) -> None:

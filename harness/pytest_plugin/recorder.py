@@ -87,29 +87,35 @@ def _record(config: pytest.Config, here: Context) -> None:
     patches.install()
     os.environ[CHILD] = here.owner.export(str(writer.directory))
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
-    if here.settings.reuse or config.getoption("harness_reuse"):
-        from harness.pytest_plugin import reruns
-        from harness.pytest_plugin.safety_net import Reuse
-        from harness.tracking import reuse  # only when asked: every session would pay its import
-
-        here.pool = reuse.Pool(writer, here.settings.reuse_engines)
-        plugin = Reuse(here.pool, writer)
-        config.pluginmanager.register(plugin, "harness-reuse")
-        reruns.add(config, plugin.net)  # the safety net: a test that failed on a handed-on engine
-        from harness.pytest_plugin import order
-
-        if not config.pluginmanager.is_registered(order):  # a first run: tests grouped by their parameters
-            config.pluginmanager.register(order, order.__name__)
-    if here.settings.reuse_hf:
-        from harness.pytest_plugin.safety_net import Closing
-        from harness.tracking.hf_reuse import Shelf
-
-        here.shelf = Shelf(writer)
-        config.pluginmanager.register(Closing(here.shelf), "harness-hf-reuse")
+    asked = (
+        ("vllm", here.settings.reuse or config.getoption("harness_reuse")),
+        ("hf", here.settings.reuse_hf),
+    )
+    if kinds := tuple(kind for kind, on in asked if on):
+        _reuse(config, here, writer, kinds)
     if here.settings.freeze_collected:
         from harness.pytest_plugin.frozen import Frozen
 
         config.pluginmanager.register(Frozen(), "harness-frozen")
+
+
+def _reuse(config: pytest.Config, here: Context, writer: ledger.LedgerWriter, kinds: tuple[str, ...]) -> None:
+    """The one reuse pool, of ``kinds``, and the one plugin that drives and closes it; with engine reuse
+    the safety net too."""
+    from harness.pytest_plugin.safety_net import Reuse  # only when asked: every session would pay its import
+    from harness.tracking import reuse
+
+    here.pool = reuse.Pool(writer, here.settings.reuse_engines, kinds)
+    plugin = Reuse(here.pool, writer, modes="vllm" in kinds)
+    config.pluginmanager.register(plugin, "harness-reuse")
+    if "vllm" not in kinds:
+        return
+    from harness.pytest_plugin import order, reruns
+
+    reruns.add(config, plugin.net)  # the safety net: a test that failed on a handed-on engine
+
+    if not config.pluginmanager.is_registered(order):  # a first run: tests grouped by their parameters
+        config.pluginmanager.register(order, order.__name__)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -119,7 +125,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         here = process_context(config)
         if here.writer is not None:
             here.writer.close()
-        here.writer = here.pool = here.shelf = None
+        here.writer = here.pool = None
     outer = config.stash.get(_OUTER_CHILD, None)
     if outer is None:
         os.environ.pop(CHILD, None)

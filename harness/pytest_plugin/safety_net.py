@@ -1,6 +1,7 @@
-"""The reuse pools' view of the session: which test opted out (``fresh_engine``), which failed (what it
-closes is not parked), the safety net, and the session's end (warm engines shut down, kept HF models
-dropped). Registered by the recorder only when reuse is asked for.
+"""The reuse pool's view of the session: which test opted out (``fresh_engine``), which failed (what it
+closes is not parked), the safety net, and the session's end (warm engines shut down, parked HF models
+dropped). Registered by the recorder when reuse or HF reuse is asked for; the per-test modes and the net
+only with engine reuse (``reuse``), the pool's close with either.
 
 The safety net (``Net``, a ``reruns.Policy``): a test that fails after the pool handed it an engine may
 have failed because of that engine, or for reasons of its own (order-dependent, failing on its first call
@@ -31,7 +32,7 @@ from harness.tracking.reuse import FRESH, FRESH_MARKER, LEAVE, REPLAY, TAKE
 
 if TYPE_CHECKING:
     from harness.ledger.writer import LedgerWriter
-    from harness.tracking.reuse import Keeper, Pool
+    from harness.tracking.reuse import Pool
 
 RETRY = "the test failed on a handed-on engine: it runs again on fresh engines"
 REPLAYED = "the test failed on a handed-on engine: it runs again on that engine, to see whether it is why"
@@ -40,9 +41,12 @@ OWN = "own-failure"  # the finding of a test whose failure the net found its own
 
 
 class Reuse:
-    def __init__(self, pool: Pool, writer: LedgerWriter):
-        self.pool, self.writer = pool, writer
-        self.history = _history()
+    """The one plugin that drives and closes the pool; ``modes``: each test's mode and the safety net
+    (engine reuse on), else the pool's close alone (HF reuse alone)."""
+
+    def __init__(self, pool: Pool, writer: LedgerWriter, modes: bool = True):
+        self.pool, self.writer, self.modes = pool, writer, modes
+        self.history = _history() if modes else {}
         self.sensitive = frozenset(t for t, v in self.history.items() if v == SENSITIVE)
         self.failing = frozenset(t for t, v in self.history.items() if v.split(" ")[0] == FAILED)
         self.net = Net(self)
@@ -50,6 +54,8 @@ class Reuse:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """Before the test's fixtures: they may build runners too."""
+        if not self.modes:
+            return
         mode = self.net.mode
         if item.get_closest_marker("fresh_engine") is not None:
             self.pool.next_test(item.nodeid, FRESH_MARKER, FRESH)
@@ -63,17 +69,19 @@ class Reuse:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
-        if report.failed:  # before its teardown closes what it used
+        if report.failed and self.modes:  # before its teardown closes what it used
             self.pool.test_failed(item.nodeid)
         return report
 
     def pytest_runtest_logfinish(self) -> None:
         """The test's tries are over (``reruns``): the engines held for its replay go."""
+        if not self.modes:
+            return
         self.net.mode = TAKE
         self.pool.let_go()
 
     def pytest_sessionfinish(self) -> None:
-        """Warm engines are shut down (and their stops recorded) while the ledger is still open."""
+        """Parked runners are stopped (and their stops recorded) while the ledger is still open."""
         self.pool.close()
 
 
@@ -101,7 +109,7 @@ class Net:
                     "again: its own failure, no extra start",
                 )
                 return None
-            if pool.held or tries[0].reused > pool.handed:  # what it failed on, still there (HF: kept)
+            if pool.replayable():  # what it failed on, still there
                 self.mode = REPLAY
                 return REPLAYED
             self.mode = LEAVE
@@ -172,14 +180,3 @@ def _history() -> dict[str, str]:
     from harness.pytest_plugin import order
 
     return order.load(path)
-
-
-class Closing:
-    """A keeper's runners go at the session's end (kept HF models), their stops recorded before the summary
-    reads them."""
-
-    def __init__(self, keeper: Keeper) -> None:
-        self.keeper = keeper
-
-    def pytest_sessionfinish(self) -> None:
-        self.keeper.close()

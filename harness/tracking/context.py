@@ -1,4 +1,4 @@
-"""The one process context: platform, settings, live holders, ownership, the ledger writer.
+"""The one process context: platform, settings, live holders, ownership, the ledger writer, the reuse pool.
 
 Found one way: inside pytest the plugin configures it from pytest's rootdir (``configure``); anywhere else
 the first use finds ``pyproject.toml`` from the current directory. ``use`` swaps in another context (a
@@ -23,6 +23,7 @@ from harness.tracking.attribution import Attribution
 if TYPE_CHECKING:
     from harness.ledger.writer import LedgerWriter
     from harness.memory.admission import Holders
+    from harness.tracking.reuse import Pool
 
 
 class Context:
@@ -37,10 +38,8 @@ class Context:
         self.platform, self.settings = platform, settings
         self.owner = Attribution()
         self.writer: LedgerWriter | None = None  # None: not recording
-        # the keepers (harness.tracking.reuse.Keeper; they build on this module): the vLLM reuse pool when
-        # reuse is on, the HF shelf when HF reuse is on
-        self.pool: Any = None
-        self.shelf: Any = None
+        # the one keeper: the reuse pool (it builds on this module) when reuse or HF reuse is on, else None
+        self.pool: Pool | None = None
         self.unchecked: list[Any] = []  # stopped runs whose release is not checked yet
         # runner starts of this process and their seconds, and the starts reuse avoided and theirs: what a
         # rerun of a test cost and used (``pytest_plugin.reruns``)

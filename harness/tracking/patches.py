@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from harness.tracking import vllm_engine
-from harness.tracking.context import current
 
 
 def _patch_transformers(module) -> None:
+    from harness.tracking import hf_reuse
     from harness.tracking.starts import fingerprint, local_files, normalise, starting
 
     cls = module.PreTrainedModel
@@ -39,9 +39,9 @@ def _patch_transformers(module) -> None:
         config["class"] = klass.__name__
         if (files := local_files(config.get("pretrained_model_name_or_path"))) is not None:
             config["model_files"] = files  # a local checkpoint rewritten is another model
-        shelf = current().shelf
-        key = None if shelf is None else fingerprint("hf", config)
-        if key is not None and (kept := shelf.take(key)) is not None:
+        pool = hf_reuse.pool()
+        key = None if pool is None else fingerprint("hf", config)
+        if key is not None and (kept := pool.take(key)) is not None:
             return kept
         model_name = str(config.get("pretrained_model_name_or_path"))
         with starting("hf", model_name, config) as run:
@@ -49,7 +49,7 @@ def _patch_transformers(module) -> None:
         if run is not None:
             run.watch(model)
             if key is not None:
-                shelf.park(key, model, run)
+                pool.park(hf_reuse.Model.loaded(key, model, run))
         return model
 
     from_pretrained.__harness__ = True  # type: ignore[attr-defined]
@@ -57,6 +57,7 @@ def _patch_transformers(module) -> None:
 
 
 def _patch_sentence_transformers(module) -> None:
+    from harness.tracking import hf_reuse
     from harness.tracking.starts import fingerprint, local_files, normalise, starting
 
     cls = module.SentenceTransformer
@@ -71,12 +72,12 @@ def _patch_sentence_transformers(module) -> None:
         config["class"] = klass.__name__
         if (files := local_files(config.get("model_name_or_path"))) is not None:
             config["model_files"] = files
-        return config, None if current().shelf is None else fingerprint("hf", config)
+        return config, None if hf_reuse.pool() is None else fingerprint("hf", config)
 
     @functools.wraps(original_new)
     def __new__(klass, *args, **kwargs):
-        shelf = current().shelf
-        if shelf is not None and (kept := shelf.take(key(klass, args, kwargs)[1])) is not None:
+        pool = hf_reuse.pool()
+        if pool is not None and (kept := pool.take(key(klass, args, kwargs)[1])) is not None:
             handed.add(kept)
             return kept
         return original_new(klass) if original_new is object.__new__ else original_new(klass, *args, **kwargs)
@@ -92,8 +93,8 @@ def _patch_sentence_transformers(module) -> None:
             original(self, *args, **kwargs)
         if run is not None:
             run.watch(self)
-            if fingerprinted is not None:
-                current().shelf.park(fingerprinted, self, run)
+            if fingerprinted is not None and (pool := hf_reuse.pool()) is not None:
+                pool.park(hf_reuse.Model.loaded(fingerprinted, self, run))
 
     __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__new__ = __new__

@@ -1,8 +1,9 @@
 """The vLLM adapter: the one module of the harness that knows vLLM's modules and internals. How
 ``vllm.LLM`` and ``AsyncLLM`` are wrapped (``TARGETS``, for ``tracking.patches``), what an engine's reuse
 key holds (its arguments, the environment that changes an engine, a local model's files), and how a live
-engine is stopped, parked for reuse, checked, reset and released; the public calls the harness's own
-``VllmRunner`` makes. ``tests/unit/test_architecture.py`` keeps vLLM's names out of every other module.
+engine is stopped, parked for reuse (``Engine``: the reuse pool's handle of an engine, ``reuse.Handle``),
+checked, reset and released; the public calls the harness's own ``VllmRunner`` makes.
+``tests/unit/test_architecture.py`` keeps vLLM's names out of every other module.
 
 A hand-off never changes an outcome: an engine is parked only when it is alive, idle, awake and reset
 within a time limit, and when nothing a reset cannot undo happened to it (watched as it happens: code run
@@ -24,11 +25,12 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.platform import masks
 from harness.tracking.context import current
+from harness.tracking.reuse import ASKED_FRESH, FRESH, Pool
 
 if TYPE_CHECKING:  # every recording session imports this module (patches): the recording path and the
     # memory policy are imported where vLLM is, as its wrappers first need them
@@ -47,6 +49,23 @@ class Use:
     parked_at: int | None = None  # ``requests`` when it was parked: one more since, and it was not quiet
 
 
+@dataclass(frozen=True)
+class Started:
+    """How an engine began (or how a start would: what ``Engine.differs`` compares): its run (None when not
+    recorded), its state then (``state(engine)``), its configuration ``key``, that configuration without its
+    environment (``base``), that environment, whether its test opted out, and per argument the identities
+    of its objects that are not data."""
+
+    run: Run | None
+    state: str
+    key: str = ""
+    base: str | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    fresh: bool = False
+    objects: dict[str, list[int]] = field(default_factory=dict)
+
+
+_began: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> Started (reuse on)
 _stops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> its engine's real stop
 _uses: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> Use
 _warned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # LLM -> the warnings its start emitted
@@ -75,22 +94,17 @@ def patch_llm(module) -> None:
 
     def __new__(klass, *args, **kwargs):
         """With reuse on, ``LLM(...)`` of a configuration the pool keeps warm is that warm LLM."""
-        pool = current().pool
+        pool = _pool()
         if pool is not None and klass is cls and args + tuple(kwargs):  # copy/pickle pass none
             try:
                 config, arguments, variables = vllm_configuration(original, (None, *args), kwargs)
             except TypeError:  # arguments LLM itself refuses: its __init__ says so
                 config = None
-            engine = (
-                None
-                if config is None
-                else pool.take(
-                    reuse_key(config, args, kwargs),
-                    arguments,
-                    variables,
-                    objects_by_argument(original, (None, *args), kwargs),
-                )
-            )
+            engine = None
+            if config is not None:
+                key = reuse_key(config, args, kwargs)
+                objects = objects_by_argument(original, (None, *args), kwargs)
+                engine = pool.take(key, Started(None, "", key, arguments, variables, objects=objects))
             if engine is not None:
                 handed.add(engine)
                 if (use := _uses.get(engine)) is not None:
@@ -111,11 +125,10 @@ def patch_llm(module) -> None:
         fraction = declared_share(config.get("gpu_memory_utilization", default), config)
         ranks = int(config.get("tensor_parallel_size", 1)) * int(config.get("pipeline_parallel_size", 1))
         devices = tuple(range(ranks))
-        pool = current().pool
-        if pool is not None:  # warm engines go first: reuse never puts a new engine beside them
-            pool.make_room(fraction)
-        if current().shelf is not None:  # kept HF models go where the engine needs their memory
-            current().shelf.make_room(fraction)
+        keeper = current().pool  # warm engines go first: reuse never puts a new engine beside them (nor
+        if keeper is not None:  # HF models where the engine needs their memory)
+            keeper.make_room(fraction)
+        pool = _pool()
         with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
             if pool is None:
                 original(self, *args, **kwargs)
@@ -129,12 +142,19 @@ def patch_llm(module) -> None:
             watch_engine(self, run)
         if pool is not None:
             objects = objects_by_argument(original, (self, *args), kwargs)
-            pool.track(self, run, state(self), reuse_key(config, args, kwargs), arguments, variables, objects)
+            key, fresh = reuse_key(config, args, kwargs), pool.mode == FRESH
+            _began[self] = Started(run, state(self), key, arguments, variables, fresh, objects)
             _warn_again(self)  # under this test's filters, once the engine is tracked
 
     __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__new__ = staticmethod(__new__)
     cls.__init__ = __init__
+
+
+def _pool() -> Pool | None:
+    """The reuse pool when it keeps vLLM engines (``reuse = true``), else None."""
+    pool = current().pool
+    return pool if pool is not None and pool.keeps("vllm") else None
 
 
 def _warn_again(llm) -> None:
@@ -388,7 +408,7 @@ def watch_engine(llm, run: Run) -> None:
         return
     _stops[llm] = stop
     weakref.finalize(llm, stop).atexit = False
-    if current().pool is not None:
+    if _pool() is not None:
         _watch_use(llm, client)
 
 
@@ -449,7 +469,7 @@ def _park(llm, stop: Callable[[], object], own: bool = False) -> bool:
 
     The pool stops a parked engine later with ``stop``, the shutdown its owner asked for.
     """
-    pool = current().pool
+    pool = _pool()
     if pool is None:
         return False
     with _deciding_lock:
@@ -459,23 +479,120 @@ def _park(llm, stop: Callable[[], object], own: bool = False) -> bool:
     if pool.holds(llm):  # stopped again while parked: its owner means it
         pool.drop(llm)
         return False
-    began = pool.started.get(llm)
-    parked = pool.park(
-        began.key if began is not None else "",
-        llm,
-        fresh=False,
-        reset=reset,
-        state=state,
-        alive=alive,
-        shutdown=lambda _: stop(),
-        release=release,
-        refused=_unparkable(llm, own) or _left_by_error(),
-    )
+    parked = pool.park(Engine(llm, _began.get(llm), stop, _unparkable(llm, own) or _left_by_error()))
     if parked:  # handed on later, closed again then: decided anew
         _deciding.discard(llm)
         if (use := _uses.get(llm)) is not None:
             use.parked_at = use.requests
     return parked
+
+
+@dataclass(eq=False)
+class Engine:
+    """The reuse pool's handle of a closed engine (a ``reuse.Handle``): checked at its park (what its
+    close knows against it, the pool's reason, a reset, its state against its start's), again before each
+    hand-on (``alive``), and stopped with the shutdown its owner asked for."""
+
+    runner: Any  # the LLM
+    began: Started | None
+    stopping: Callable[[], object]  # its owner's shutdown
+    refused: str | None = None  # what its close already knows against it (``_unparkable``, an exception)
+    kind: ClassVar[str] = "vllm"
+    parked_in_use: ClassVar[bool] = False
+
+    @property
+    def key(self) -> str:
+        return self.began.key if self.began is not None else ""
+
+    @property
+    def run(self) -> Run | None:
+        return self.began.run if self.began is not None else None
+
+    @property
+    def share(self) -> float | None:
+        return self.run.need.fraction if self.run is not None else None
+
+    def refusal(self, against: str | None) -> str | None:
+        llm = self.runner
+        return parking_refusal(self.began, self.refused or against, lambda: reset(llm), lambda: state(llm))
+
+    def differs(self, wanted: object) -> str | None:
+        return differs(self.began, wanted)
+
+    def in_use(self) -> bool:
+        return False  # closed by its owner
+
+    def alive(self) -> str | None:
+        return alive(self.runner)
+
+    def stop(self) -> None:
+        self.stopping()
+        self.runner = None  # the pool's was the last reference: the engine goes before its memory is checked
+        release()
+
+
+def parking_refusal(
+    began: Started | None, against: str | None, reset: Callable[[], str | None], now: Callable[[], str]
+) -> str | None:
+    """Why an engine that began as ``began`` may not be parked, in order: ``against`` (its close's or the
+    pool's reason), a start under the fresh_engine marker, a start the harness did not see, what ``reset``
+    cannot undo, a state (``now()``) other than at its start; None when it may."""
+    if against is not None:
+        return against
+    if began is not None and began.fresh:
+        return ASKED_FRESH
+    if began is None:
+        return "the harness did not see it start"
+    reason = reset()
+    if reason is None and (state_now := now()) != began.state:
+        return f"its {changed(began.state, state_now)} changed while in use (no reset undoes that)"
+    return reason
+
+
+def changed(before: str, now: str) -> str:
+    """What differs between two states: the names of a JSON object's parts that differ (``state`` names
+    them: configuration, tokenizer, ...), else "configuration"."""
+    try:
+        then, later = json.loads(before), json.loads(now)
+    except ValueError:
+        return "configuration"
+    if not isinstance(then, dict) or not isinstance(later, dict):
+        return "configuration"
+    named = []
+    for part in dict.fromkeys([*then, *later]):
+        was, now_ = then.get(part), later.get(part)
+        if was == now_:
+            continue
+        if isinstance(was, dict) and isinstance(now_, dict):  # name the attributes that differ
+            names = [n for n in dict.fromkeys([*was, *now_]) if was.get(n) != now_.get(n)]
+            part = f"{part}{'s' if len(names) > 1 else ''} {', '.join(names)}"
+        named.append(part)
+    return " and ".join(named)
+
+
+def differs(began: Started | None, wanted: object) -> str | None:
+    """Why a start (``wanted``) of the same arguments by value as an engine's (``began``) may not have it:
+    the variables that differ (with their values where vLLM lists them, ``environment``) and the arguments
+    holding another object; None for a start of other arguments."""
+    if not isinstance(wanted, Started) or began is None or wanted.base is None or began.base != wanted.base:
+        return None
+    started, asked = began.environment, wanted.environment
+    names = sorted(n for n in started.keys() | asked.keys() if started.get(n) != asked.get(n))
+    shown = environment({**started, **asked})
+    variables = [f"{n}={started.get(n)!r} -> {asked.get(n)!r}" if n in shown else n for n in names]
+    objects = wanted.objects
+    arguments = sorted(
+        n for n in began.objects.keys() | objects.keys() if began.objects.get(n) != objects.get(n)
+    )
+    parts = []
+    if variables:
+        parts.append(f"the environment vLLM reads differs from its start's ({', '.join(variables)})")
+    if arguments:
+        parts.append(
+            f"{', '.join(arguments)} {'holds' if len(arguments) == 1 else 'hold'} another object than at its "
+            "start (an object that is not data is compared by identity)"
+        )
+    return "; ".join(parts) or "its configuration differs from its start's"
 
 
 def _left_by_error() -> str | None:

@@ -60,8 +60,9 @@ def test_the_github_job_restores_and_keeps_the_compile_cache():
         steps["Restore the compile cache"],
         steps["Keep the compile cache (the default branch and baseline_branches)"],
     )
-    path = "harness-compile/${{ matrix.suite }}-${{ matrix.platform }}"
+    path = "${{ matrix.compile_cache }}"  # harness ci matrix's row: harness-compile/<suite>-<platform>
     assert restore["with"]["path"] == save["with"]["path"] == path
+    assert "matrix.compile_cache != ''" in restore["if"] and "matrix.compile_cache != ''" in save["if"]
     assert save["with"]["key"].startswith(restore["with"]["restore-keys"])
     assert "github.event_name == 'push'" in save["if"] and "default_branch" in save["if"]
     assert steps["nox -s ${{ matrix.session }}"]["env"]["HARNESS_COMPILE_CACHE"] == path

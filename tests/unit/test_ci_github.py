@@ -64,14 +64,20 @@ def test_github_matrix_is_one_line_of_cells_with_unique_artifacts(project):
     assert include[0] == {
         "platform": "cuda",
         "suite": "pooling",
+        "label": "cuda pooling",  # the job's name
         "session": "cuda_pooling",
         "run_dir": "harness-out/pooling-cuda",
         "artifact": "harness-cuda-pooling",
         "queue": "gpu-cuda",
         "image": "",  # no [tool.harness.ci.images]: every job runs on its runner
         "container_options": "",
+        "timeout_minutes": 180,  # no --history: the setting's
+        "history_platform": "cuda",  # whose kept reports are the job's history
+        "compile_cache": "harness-compile/pooling-cuda",
+        "gpu_free": "",  # gpu_free_job off: every test on the cell's runner
         "fail_on_regression": "",  # the gate is off unless [tool.harness.ci] fail_on_regression is set
         "baseline_branches": [],  # pushes to the default branch keep the baseline
+        "gpu_free_artifact": "",
     }
     assert len({cell["artifact"] for cell in include}) == len(include)
     assert {cell["queue"] for cell in include if cell["platform"] == "rocm"} == {"mi300"}
@@ -196,10 +202,13 @@ def test_the_matrix_step_script_writes_what_harness_ci_matrix_prints(project, pl
         ["bash", "-e", "-c", matrix_step_script()], cwd=project, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    key, value = output.read_text().rstrip("\n").split("=", 1)
-    assert key == "matrix"
+    written = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    assert set(written) == {"matrix", "cells", "baseline_branches"}
     expected = ["--platforms", platforms] + (["--suites", suites] if suites else [])
-    assert value + "\n" == harness(project, "ci", "matrix", "--format", "github", *expected).stdout
+    assert (
+        written["matrix"] + "\n" == harness(project, "ci", "matrix", "--format", "github", *expected).stdout
+    )
+    assert written["cells"] == written["matrix"]  # no history: no GPU-free CPU jobs, one job per cell
 
 
 def test_the_matrix_step_fails_the_job_on_an_unsafe_input(project):
@@ -263,7 +272,8 @@ def scheduled(project: Path, github: dict, inputs: dict) -> list[dict]:
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(output.read_text().split("=", 1)[1])["include"]
+    written = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    return json.loads(written["matrix"])["include"]
 
 
 @pytest.mark.parametrize(
@@ -429,7 +439,8 @@ def test_the_deadline_step_gives_harness_run_the_jobs_timeout_from_now(tmp_path)
     job = workflow(REUSABLE)["jobs"]["test"]
     step = job["steps"][0]
     assert step["name"] == "Deadline for harness run"  # first, so the job's setup counts against it
-    timeout = evaluate(job["timeout-minutes"], {"inputs": {"timeout-minutes": 45}})
+    timeout = evaluate(job["timeout-minutes"], {"matrix": {"timeout_minutes": 45}})
+    assert evaluate(step["env"]["TIMEOUT_MINUTES"], {"matrix": {"timeout_minutes": 45}}) == timeout
     env = {**os.environ, "TIMEOUT_MINUTES": to_string(timeout), "GITHUB_ENV": str(tmp_path / "env")}
     started = int(time.time())
     done = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)

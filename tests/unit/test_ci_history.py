@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.actions_expressions import evaluate
 from tests.unit.test_ci_baseline import CI, MAIN_BUILD, PR_BUILD
 from tests.unit.test_ci_buildkite import generate, project
 from tests.unit.test_ci_github import REUSABLE, workflow
@@ -47,20 +48,27 @@ def test_each_test_step_restores_what_a_merge_step_saves(tmp_path, build):
 
 def test_the_github_test_job_restores_what_the_compare_job_saves():
     jobs = workflow(REUSABLE)["jobs"]
-    baseline = jobs["compare"]["env"]["BASELINE"]
+    # a cell's row (a compare job's: its history is its own platform's) and the GPU-free CPU row of it
+    cell = {"suite": "pooling", "platform": "cuda", "history_platform": "cuda", "compile_cache": "c"}
+    github = {"sha": "abc", "run_attempt": 1}
+    baseline = evaluate(jobs["compare"]["env"]["BASELINE"], {"matrix": cell})
+    contexts = {"matrix": cell, "github": github, "env": {"BASELINE": baseline}}
     saved = {
-        step["with"]["path"].replace("${{ env.BASELINE }}", baseline): step["with"]["key"]
+        evaluate(step["with"]["path"], contexts): evaluate(step["with"]["key"], contexts)
         for step in jobs["compare"]["steps"]
         if "cache/save" in step.get("uses", "")
     }
-    restored = {
-        step["with"]["path"]: step["with"]["restore-keys"]
-        for step in jobs["test"]["steps"]
-        if "cache/restore" in step.get("uses", "") and not step["with"]["path"].startswith("harness-compile/")
-    }
-    assert restored.keys() == saved.keys()
-    for path, prefix in restored.items():
-        assert saved[path].startswith(prefix)
+    for row in (cell, {**cell, "platform": "cpu", "compile_cache": ""}):
+        restored = {
+            evaluate(step["with"]["path"], {"matrix": row}): evaluate(
+                step["with"]["restore-keys"], {"matrix": row}
+            )
+            for step in jobs["test"]["steps"]
+            if "cache/restore" in step.get("uses", "") and "(history)" in step.get("name", "")
+        }
+        assert restored.keys() == saved.keys()
+        for path, prefix in restored.items():
+            assert saved[path].startswith(prefix)
     steps = {step.get("name"): step for step in jobs["test"]["steps"]}
-    history = steps["nox -s ${{ matrix.session }}"]["env"]["HARNESS_HISTORY"]
+    history = evaluate(steps["nox -s ${{ matrix.session }}"]["env"]["HARNESS_HISTORY"], {"matrix": cell})
     assert history.split(":") == sorted(restored, reverse=True)  # this PR's attempt, then the base's

@@ -1,13 +1,17 @@
 """The reuse pool (harness.tracking.reuse) over stand-in engines: what is kept, handed on, refused, shut down.
 
-The engines are plain objects (the pool never looks inside one: reset, state and shutdown are the
-owner's); the real vLLM path is in test_reuse_vllm.py. ``alive`` tracks which engines are not shut down,
+The engines are plain objects parked through the pool's one protocol (``Handle``: the pool never looks
+inside one; ``Stand`` answers with the adapter's own refusal order and comparisons over a stand-in reset
+and state); the real vLLM path is in test_reuse_vllm.py. ``alive`` tracks which engines are not shut down,
 so "never two engines side by side" is checked on every start.
 """
 
 from __future__ import annotations
 
 import os
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -15,8 +19,9 @@ from harness import ledger
 from harness.config.settings import load_settings
 from harness.ledger.writer import LedgerWriter
 from harness.platform.host import HostPlatform
-from harness.tracking import context
-from harness.tracking.reuse import Pool
+from harness.tracking import context, vllm_engine
+from harness.tracking.reuse import FRESH, Pool
+from harness.tracking.vllm_engine import Started
 
 
 class Engine:
@@ -34,6 +39,67 @@ def reset(engine: Engine) -> str | None:
         return "it was left asleep and did not wake up fully"
     engine.dirty = False
     return None
+
+
+@dataclass(eq=False)
+class Stand:
+    """A stand-in engine's handle: what ``vllm_engine.Engine`` does, over the stand-in's reset and state."""
+
+    runner: Engine | None
+    began: Started | None
+    shutdown: Callable[[Engine], None]
+    dead: Callable[[], str | None] = lambda: None
+    kind = "vllm"
+    parked_in_use = False
+
+    @property
+    def key(self) -> str:
+        return self.began.key if self.began is not None else ""
+
+    @property
+    def run(self):
+        return self.began.run if self.began is not None else None
+
+    @property
+    def share(self) -> float | None:
+        return self.run.need.fraction if self.run is not None else None
+
+    def refusal(self, against: str | None) -> str | None:
+        engine = self.runner
+        return vllm_engine.parking_refusal(self.began, against, lambda: reset(engine), lambda: state(engine))
+
+    def differs(self, wanted: object) -> str | None:
+        return vllm_engine.differs(self.began, wanted)
+
+    def in_use(self) -> bool:
+        return False
+
+    def alive(self) -> str | None:
+        return self.dead()
+
+    def stop(self) -> None:
+        self.shutdown(self.runner)
+        self.runner = None
+
+
+def track(pool, engine, run, key="", base=None, environment=None, objects=None) -> None:
+    """What the instrumented ``vllm.LLM`` notes of a start (``vllm_engine._began``)."""
+    fresh = pool.mode == FRESH
+    began[engine] = Started(run, state(engine), key, base, environment or {}, fresh, objects or {})
+
+
+def want(key: str, base: str | None = None, environment=None, objects=None) -> Started:
+    """A start's record, as the instrumented ``vllm.LLM`` hands it to ``take``."""
+    return Started(None, "", key, base, environment or {}, objects=objects or {})
+
+
+began: weakref.WeakKeyDictionary[Engine, Started] = weakref.WeakKeyDictionary()
+
+
+def park(pool, key, engine, shutdown, dead=lambda: None) -> bool:
+    """What the adapter does when an engine's owner closes it: one handle, parked (False: stop it)."""
+    known = began.get(engine)
+    return pool.park(Stand(engine, None if known is None else replace(known, key=key), shutdown, dead))
 
 
 @pytest.fixture(autouse=True)
@@ -59,13 +125,11 @@ def world(tmp_path):
             pool.make_room(fraction)  # what the instrumented vllm.LLM does before every start
             assert not alive, "a new engine would start beside a warm one"
             engine = Engine(key, alive)
-            pool.track(engine, None, state(engine))
+            track(pool, engine, None)
         return engine
 
-    def close(key: str, engine: Engine, fresh: bool = False) -> None:
-        if not pool.park(
-            key, engine, fresh=fresh, reset=reset, state=state, shutdown=alive.discard, release=lambda: None
-        ):
+    def close(key: str, engine: Engine) -> None:
+        if not park(pool, key, engine, alive.discard):
             alive.discard(engine)
 
     yield pool, alive, start, close, directory
@@ -128,10 +192,10 @@ def test_the_fresh_engine_marker_gets_a_new_engine_and_leaves_nothing_warm(world
     pool, alive, start, close, directory = world
     warm = start("A")
     close("A", warm)
-    pool.fresh = True
+    pool.mode = FRESH
     fresh = start("A")
     assert fresh is not warm and alive == {fresh}
-    close("A", fresh, fresh=True)
+    close("A", fresh)
     assert not alive
     assert "fresh_engine" in ledger.read(directory).refusals[0]["reason"]
 
@@ -139,17 +203,18 @@ def test_the_fresh_engine_marker_gets_a_new_engine_and_leaves_nothing_warm(world
 def test_a_warm_engine_is_not_handed_to_a_start_under_another_vllm_environment(world):
     pool, alive, start, close, directory = world
     engine = Engine("A", alive)
-    pool.track(engine, _Run(0.3), state(engine), "A-1", "A", {"VLLM_USE_V2_MODEL_RUNNER": "1"})
+    track(pool, engine, _Run(0.3), "A-1", "A", {"VLLM_USE_V2_MODEL_RUNNER": "1"})
     close("A-1", engine)
-    assert pool.take("A-0", "A", {"VLLM_USE_V2_MODEL_RUNNER": "0", "HF_HUB_OFFLINE": "1"}) is None
-    assert pool.take("B", "B", {}) is None  # another configuration altogether: nothing to say
+    other = want("A-0", "A", {"VLLM_USE_V2_MODEL_RUNNER": "0", "HF_HUB_OFFLINE": "1"})
+    assert pool.take("A-0", other) is None
+    assert pool.take("B", want("B", "B")) is None  # another configuration altogether: nothing to say
     [refusal] = ledger.read(directory).refusals
     assert refusal["runner"] == "main-1" and refusal["fingerprint"] == "A-1"
     assert refusal["reason"] == (
         "the environment vLLM reads differs from its start's "
         "(HF_HUB_OFFLINE=None -> '1', VLLM_USE_V2_MODEL_RUNNER='1' -> '0')"
     )
-    assert pool.take("A-1", "A", {"VLLM_USE_V2_MODEL_RUNNER": "1"}) is engine
+    assert pool.take("A-1", want("A-1", "A", {"VLLM_USE_V2_MODEL_RUNNER": "1"})) is engine
 
 
 def test_a_fresh_engine_test_shuts_every_warm_engine_down_and_says_why(world):
@@ -180,15 +245,13 @@ def test_more_warm_engines_only_when_configured_and_their_fractions_fit(tmp_path
     alive: set[Engine] = set()
     pool = Pool(LedgerWriter(tmp_path, worker="main"), capacity=3)
 
-    def park(key: str, fraction: float) -> Engine:
+    def parked(key: str, fraction: float) -> Engine:
         engine = Engine(key, alive)
-        pool.track(engine, _Run(fraction), state(engine))
-        assert pool.park(
-            key, engine, fresh=False, reset=reset, state=state, shutdown=alive.discard, release=lambda: None
-        )
+        track(pool, engine, _Run(fraction))
+        assert park(pool, key, engine, alive.discard)
         return engine
 
-    a, b = park("A", 0.3), park("B", 0.3)
+    a, b = parked("A", 0.3), parked("B", 0.3)
     assert alive == {a, b}
     pool.make_room(0.3)  # fits beside both
     assert alive == {a, b}
@@ -224,18 +287,9 @@ def test_a_failed_tests_engines_are_shut_down_and_what_it_closes_after_is_not_pa
 def test_an_engine_that_died_while_warm_is_not_handed_on(world):
     pool, alive, _, _, directory = world
     engine = Engine("A", alive)
-    pool.track(engine, None, state(engine), "A")
+    track(pool, engine, None, "A")
     died: list[str] = []
-    assert pool.park(
-        "A",
-        engine,
-        fresh=False,
-        reset=reset,
-        state=state,
-        shutdown=alive.discard,
-        release=lambda: None,
-        alive=lambda _: died[0] if died else None,
-    )
+    assert park(pool, "A", engine, alive.discard, lambda: died[0] if died else None)
     died.append("its engine process 4242 exited (-9)")
     assert pool.take("A") is None and not alive and not pool.warm
     [refusal] = ledger.read(directory).refusals
@@ -255,7 +309,7 @@ def test_a_forked_test_finds_no_engine_reuse_kept_and_parks_nothing(world):
         try:
             assert pool.take("A") is None and not pool.warm
             own = Engine("A", alive)
-            pool.track(own, None, state(own))
+            track(pool, own, None)
             close("A", own)
             code = 0 if own not in alive and not pool.warm else 2
         finally:
@@ -309,10 +363,11 @@ def test_a_refusal_names_the_argument_that_holds_another_object(world):
     refused as "the environment vLLM reads differs from its start's ()": naming nothing, the wrong cause."""
     pool, alive, start, close, directory = world
     engine = Engine("A", alive)
-    pool.track(engine, _Run(0.3), state(engine), "A-1", "A", {"VLLM_X": "1"}, {"hf_overrides": [11]})
+    track(pool, engine, _Run(0.3), "A-1", "A", {"VLLM_X": "1"}, {"hf_overrides": [11]})
     close("A-1", engine)
-    assert pool.take("A-2", "A", {"VLLM_X": "1"}, {"hf_overrides": [12]}) is None
-    assert pool.take("A-3", "A", {"VLLM_X": "1", "SECRET_TOKEN": "s3cr3t"}, {"hf_overrides": [11]}) is None
+    assert pool.take("A-2", want("A-2", "A", {"VLLM_X": "1"}, {"hf_overrides": [12]})) is None
+    wanted = want("A-3", "A", {"VLLM_X": "1", "SECRET_TOKEN": "s3cr3t"}, {"hf_overrides": [11]})
+    assert pool.take("A-3", wanted) is None
     reasons = [r["reason"] for r in ledger.read(directory).refusals]
     assert reasons == [
         "hf_overrides holds another object than at its start (an object that is not data is compared by "
