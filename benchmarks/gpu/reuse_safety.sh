@@ -4,6 +4,8 @@
 # `benchmarks/gpu/stage.sh install` done on the same machine. Two device calls back to back (the work
 # folder, WORK, outside the repo, lasts while the machine is held; the second prints the table):
 #   RUNS=off benchmarks/gpu/reuse_safety.sh        RUNS=on benchmarks/gpu/reuse_safety.sh
+# SELECT=EXPR runs a part of the suite (pytest's -k), both runs in one call where it is short:
+#   SELECT="fresh_answers or precision or sleep or forked" RUNS=off,on benchmarks/gpu/reuse_safety.sh
 # Into $OUT: reuse-safety-<runs>.log and each run's pytest log.
 set -uo pipefail
 [ -n "${OUT:-}" ] || { echo "reuse_safety.sh: OUT is not set (the device call's output folder)" >&2 && exit 2; }
@@ -17,7 +19,7 @@ cd "$root" || exit 2
 install_project
 mkdir -p "$OUT"
 timeout -s INT -k 20 "${BUDGET_S:-540}" python3 benchmarks/reuse_safety.py --work "$work" --platform cuda \
-  --runs "$runs" > "$OUT/reuse-safety-${runs//,/-}.log" 2>&1
+  --runs "$runs" ${SELECT:+-k "$SELECT"} > "$OUT/reuse-safety-${runs//,/-}.log" 2>&1
 code=$?
 for name in off on; do cp "$work/$name/pytest.log" "$OUT/pytest-$name.log" 2> /dev/null; done
 cat "$OUT/reuse-safety-${runs//,/-}.log"
