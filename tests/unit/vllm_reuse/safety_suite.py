@@ -10,7 +10,9 @@ Run by test_reuse_safety.py (reuse on) and benchmarks/reuse_safety.py (off and o
 
 import os
 import signal
+import sys
 import time
+import traceback
 
 import pytest
 
@@ -221,6 +223,8 @@ def test_forked(vllm_runner):
             with vllm_runner(MODEL) as runner:
                 same = greedy(runner) == FRESH["greedy"]
         except BaseException:
+            traceback.print_exc()  # the child's own error, in the test's captured output
+            sys.stderr.flush()
             os._exit(1)
         os._exit(0 if same else 1)
     deadline = time.monotonic() + 300
