@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from pathlib import Path
@@ -46,6 +47,25 @@ def pytest_configure(config: pytest.Config) -> None:
         # a folder of this session's alone: pytest empties a given basetemp, so a shared one would be
         # emptied under a session running beside it
         config.option.basetemp = tempfile.mkdtemp(prefix="harness-tests-")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under xdist's worksteal, the tests that start real engines (``engines``: minutes of CPU each) open
+    the workers' first chunks, one each in turn, so they run from the start beside the quick tests instead of
+    last and one after another (worksteal hands out contiguous chunks: ``n // W``, then the rest's share).
+    Every worker computes the same order; alone (no xdist) the order is pytest's."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers < 2:
+        return
+    slow = [item for item in items if item.get_closest_marker("engines")]
+    quick = iter([item for item in items if not item.get_closest_marker("engines")])
+    ordered, left = [], len(items)
+    for worker in range(workers):
+        size = left // (workers - worker)
+        left -= size
+        mine = slow[worker::workers]
+        ordered += [*mine, *itertools.islice(quick, max(size - len(mine), 0))]
+    items[:] = [*ordered, *quick]
 
 
 @pytest.fixture
