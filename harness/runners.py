@@ -24,7 +24,7 @@ from typing import Any
 
 from harness.memory.waits import settle
 from harness.platform import allocator
-from harness.tracking import hf_reuse, patches, starts, vllm_engine
+from harness.tracking import hf_reuse, patches, reuse, starts, vllm_engine
 from harness.tracking.context import current
 from harness.tracking.starts import normalise, starting
 
@@ -459,7 +459,7 @@ def _load_on(device: str, auto_cls: Any, model: str, **kwargs: Any) -> Any:
     config["class"], config["device"] = auto_cls.__name__, device
     if (files := starts.local_files(model)) is not None:
         config["model_files"] = files
-    pool = hf_reuse.pool()  # HF reuse: the load inside is nested in this start, so it is decided here
+    pool = reuse.pool("hf")  # HF reuse: the load inside is nested in this start, so it is decided here
     key = starts.fingerprint("hf", config)
     if pool is not None and (kept := pool.take(key)) is not None:
         return kept

@@ -23,7 +23,6 @@ from harness.tracking.attribution import Attribution
 if TYPE_CHECKING:
     from harness.ledger.writer import LedgerWriter
     from harness.memory.admission import Holders
-    from harness.tracking.reuse import Pool
 
 
 class Context:
@@ -38,8 +37,9 @@ class Context:
         self.platform, self.settings = platform, settings
         self.owner = Attribution()
         self.writer: LedgerWriter | None = None  # None: not recording
-        # the one keeper: the reuse pool (it builds on this module) when reuse or HF reuse is on, else None
-        self.pool: Pool | None = None
+        # the one keeper when reuse or HF reuse is on, else None: a harness.tracking.reuse.Pool, which builds
+        # on this module (reuse.pool() is its typed way in)
+        self.pool: Any = None
         self.unchecked: list[Any] = []  # stopped runs whose release is not checked yet
         # runner starts of this process and their seconds, and the starts reuse avoided and theirs: what a
         # rerun of a test cost and used (``pytest_plugin.reruns``)

@@ -21,17 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.platform import allocator
-from harness.tracking.context import current
 
 if TYPE_CHECKING:
-    from harness.tracking.reuse import Pool
     from harness.tracking.starts import Run
-
-
-def pool() -> Pool | None:
-    """The reuse pool when it keeps HF models (``reuse_hf = true``), else None."""
-    found = current().pool
-    return found if found is not None and found.keeps("hf") else None
 
 
 @dataclass(eq=False)

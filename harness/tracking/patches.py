@@ -24,7 +24,7 @@ from harness.tracking import vllm_engine
 
 
 def _patch_transformers(module) -> None:
-    from harness.tracking import hf_reuse
+    from harness.tracking import hf_reuse, reuse
     from harness.tracking.starts import fingerprint, local_files, normalise, starting
 
     cls = module.PreTrainedModel
@@ -39,7 +39,7 @@ def _patch_transformers(module) -> None:
         config["class"] = klass.__name__
         if (files := local_files(config.get("pretrained_model_name_or_path"))) is not None:
             config["model_files"] = files  # a local checkpoint rewritten is another model
-        pool = hf_reuse.pool()
+        pool = reuse.pool("hf")
         key = None if pool is None else fingerprint("hf", config)
         if key is not None and (kept := pool.take(key)) is not None:
             return kept
@@ -57,7 +57,7 @@ def _patch_transformers(module) -> None:
 
 
 def _patch_sentence_transformers(module) -> None:
-    from harness.tracking import hf_reuse
+    from harness.tracking import hf_reuse, reuse
     from harness.tracking.starts import fingerprint, local_files, normalise, starting
 
     cls = module.SentenceTransformer
@@ -72,11 +72,11 @@ def _patch_sentence_transformers(module) -> None:
         config["class"] = klass.__name__
         if (files := local_files(config.get("model_name_or_path"))) is not None:
             config["model_files"] = files
-        return config, None if hf_reuse.pool() is None else fingerprint("hf", config)
+        return config, None if reuse.pool("hf") is None else fingerprint("hf", config)
 
     @functools.wraps(original_new)
     def __new__(klass, *args, **kwargs):
-        pool = hf_reuse.pool()
+        pool = reuse.pool("hf")
         if pool is not None and (kept := pool.take(key(klass, args, kwargs)[1])) is not None:
             handed.add(kept)
             return kept
@@ -93,7 +93,7 @@ def _patch_sentence_transformers(module) -> None:
             original(self, *args, **kwargs)
         if run is not None:
             run.watch(self)
-            if fingerprinted is not None and (pool := hf_reuse.pool()) is not None:
+            if fingerprinted is not None and (pool := reuse.pool("hf")) is not None:
                 pool.park(hf_reuse.Model.loaded(fingerprinted, self, run))
 
     __init__.__harness__ = True  # type: ignore[attr-defined]

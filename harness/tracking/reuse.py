@@ -351,6 +351,14 @@ class Pool:
         self.held = {}
 
 
+def pool(kind: str | None = None) -> Pool | None:
+    """This process's reuse pool (the context holds it) when it keeps ``kind`` (``vllm``, ``hf``; None:
+    either), else None. The context, below this module, does not know the pool's type: this is its typed
+    way in."""
+    found: Pool | None = current().pool
+    return found if found is not None and (kind is None or found.keeps(kind)) else None
+
+
 _pools: weakref.WeakSet[Pool] = weakref.WeakSet()
 
 FORKING = "a test forks a process: warm engines give way to what its child starts, as without reuse they "

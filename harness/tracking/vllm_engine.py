@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.platform import masks
+from harness.tracking import reuse
 from harness.tracking.context import current
-from harness.tracking.reuse import ASKED_FRESH, FRESH, Pool
+from harness.tracking.reuse import ASKED_FRESH, FRESH
 
 if TYPE_CHECKING:  # every recording session imports this module (patches): the recording path and the
     # memory policy are imported where vLLM is, as its wrappers first need them
@@ -94,7 +95,7 @@ def patch_llm(module) -> None:
 
     def __new__(klass, *args, **kwargs):
         """With reuse on, ``LLM(...)`` of a configuration the pool keeps warm is that warm LLM."""
-        pool = _pool()
+        pool = reuse.pool("vllm")
         if pool is not None and klass is cls and args + tuple(kwargs):  # copy/pickle pass none
             try:
                 config, arguments, variables = vllm_configuration(original, (None, *args), kwargs)
@@ -125,10 +126,10 @@ def patch_llm(module) -> None:
         fraction = declared_share(config.get("gpu_memory_utilization", default), config)
         ranks = int(config.get("tensor_parallel_size", 1)) * int(config.get("pipeline_parallel_size", 1))
         devices = tuple(range(ranks))
-        keeper = current().pool  # warm engines go first: reuse never puts a new engine beside them (nor
+        keeper = reuse.pool()  # warm engines go first: reuse never puts a new engine beside them (nor
         if keeper is not None:  # HF models where the engine needs their memory)
             keeper.make_room(fraction)
-        pool = _pool()
+        pool = reuse.pool("vllm")
         with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
             if pool is None:
                 original(self, *args, **kwargs)
@@ -149,12 +150,6 @@ def patch_llm(module) -> None:
     __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__new__ = staticmethod(__new__)
     cls.__init__ = __init__
-
-
-def _pool() -> Pool | None:
-    """The reuse pool when it keeps vLLM engines (``reuse = true``), else None."""
-    pool = current().pool
-    return pool if pool is not None and pool.keeps("vllm") else None
 
 
 def _warn_again(llm) -> None:
@@ -408,7 +403,7 @@ def watch_engine(llm, run: Run) -> None:
         return
     _stops[llm] = stop
     weakref.finalize(llm, stop).atexit = False
-    if _pool() is not None:
+    if reuse.pool("vllm") is not None:
         _watch_use(llm, client)
 
 
@@ -469,7 +464,7 @@ def _park(llm, stop: Callable[[], object], own: bool = False) -> bool:
 
     The pool stops a parked engine later with ``stop``, the shutdown its owner asked for.
     """
-    pool = _pool()
+    pool = reuse.pool("vllm")
     if pool is None:
         return False
     with _deciding_lock:
