@@ -93,11 +93,12 @@ def main(args) -> int:
         env.update(variables)
         print(f"harness: {line}", file=sys.stderr)
     where = (shard.index, shard.count) if shard else None
-    moved = _moved(args, env, suite.name, platform)
-    if moved is not None and not moved.tests and _mode(args, env) == "only":
+    mode = gpu_free_job.mode(getattr(args, "gpu_free", None) or env.get(GPU_FREE))
+    moved = _moved(mode, args, env, suite.name, platform)
+    if moved is not None and not moved.tests and mode == "only":
         return 0  # the CPU job with nothing listed: nothing to run (said on stderr)
     out = Path(args.out or run_dir(directory.segment("suite", suite.name), platform, where))
-    if _mode(args, env) == "only" and not args.out and moved is not None:  # beside its GPU cell's
+    if mode == "only" and not args.out and moved is not None:  # beside its GPU cell's
         out = Path(f"{run_dir(suite.name, str(moved.platform), where)}-{gpu_free_job.KEPT}")
     before_after.refuse_itself(out, args.baseline or settings.baseline)  # before the run clears out
     with directory.locked(out) as lock, stop_signals():
@@ -107,7 +108,6 @@ def main(args) -> int:
                 write_atomic(out / "configurations.json", json.dumps(configurations, indent=1) + "\n")
                 env[CONFIGURATIONS] = str((out / "configurations.json").resolve())
             if moved is not None and moved.tests:  # the plugin deselects them, or keeps only them
-                mode = _mode(args, env)
                 listing = {"mode": mode, "source": moved.source, "tests": moved.tests}
                 write_atomic(out / "gpu-free.json", json.dumps(listing, indent=1) + "\n")
                 env[GPU_FREE_TESTS] = str((out / "gpu-free.json").resolve())
@@ -124,14 +124,9 @@ def main(args) -> int:
             return 128 + stopped.signum
 
 
-def _mode(args, env: dict) -> str | None:
-    return gpu_free_job.mode(getattr(args, "gpu_free", None) or env.get(GPU_FREE))
-
-
-def _moved(args, env: dict, suite: str, platform: str) -> gpu_free_job.Moved | None:
-    """``--gpu-free`` / ``HARNESS_GPU_FREE`` (the generated CI's, ``gpu_free_job``): the GPU-free tests
-    the history lists, which a GPU step leaves out and the CPU job runs alone; None when not asked."""
-    mode = _mode(args, env)
+def _moved(mode: str | None, args, env: dict, suite: str, platform: str) -> gpu_free_job.Moved | None:
+    """``--gpu-free`` / ``HARNESS_GPU_FREE`` (``mode``; the generated CI's, ``gpu_free_job``): the GPU-free
+    tests the history lists, which a GPU step leaves out and the CPU job runs alone; None when not asked."""
     if mode is None:
         return None
     if mode == "only" and platform != "cpu":

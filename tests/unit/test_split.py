@@ -200,26 +200,6 @@ def test_durations_from_a_report_junit_and_pytest_splits_file(tmp_path):
     assert recorded(durations)[:2] == ({"t/test_a.py::test_x": 4.0}, "test_durations")
 
 
-@pytest.mark.parametrize(
-    "content",
-    [
-        "not json",
-        "[1, 2]",
-        '{"t.py::x": "soon"}',
-        '{"t.py::x": 1e400}',
-        '{"tests": [{"call_s": 1}]}',
-        '<testsuite><testcase name="x" time="abc"/></testsuite>',
-        "<testsuite><unclosed></testsuite>",
-    ],
-)
-def test_a_bad_durations_file_is_one_line(tmp_path, content):
-    path = tmp_path / "durations"
-    path.write_text(content)
-    with pytest.raises(HarnessError) as raised:
-        recorded(path)
-    assert "\n" not in str(raised.value) and str(path) in str(raised.value)
-
-
 SUITE = {
     "test_engine": """
         import pytest
