@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from harness.errors import RunnerBlocked
@@ -113,8 +115,14 @@ def test_a_holder_released_during_the_grace_lets_the_runner_start(live):
             live.release("gw0-1")
         return reading
 
+    # a grace without end: only the release, never the clock, lets this start go on
     admission.admit(
-        "x", admission.Need((0,), 40 * GIB, None), holders=live, memory=memory, grace_s=5, wait=pytest.fail
+        "x",
+        admission.Need((0,), 40 * GIB, None),
+        holders=live,
+        memory=memory,
+        grace_s=math.inf,
+        wait=pytest.fail,
     )
 
 
@@ -167,19 +175,44 @@ def test_shares_fixtures_declared_block_without_a_collection(live):
 
 
 def test_the_grace_stays_when_any_explaining_holder_could_still_be_collected(live):
+    """One of the two holders a fixture keeps, the other a test body dropped: the start is not blocked after
+    the collection's look, it looks again (a grace without end: the third look finds both gone)."""
+    _engine(live, 0.3)
+    _engine(live, 0.3, key="gw0-2", owner=BODY_OWNER)
+    reads, read = _counted(_memory(50))
+
+    def memory():
+        if len(reads) == 2:  # the third look: both went meanwhile
+            live.release("gw0-1")
+            live.release("gw0-2")
+            return _memory(1)()
+        return read()
+
+    admission.admit(
+        "x",
+        admission.Need((0,), 40 * GIB, None),
+        holders=live,
+        memory=memory,
+        grace_s=math.inf,
+        wait=pytest.fail,
+    )
+    assert len(reads) == 2
+
+
+def test_the_grace_ends_in_a_block_naming_the_holders(live):
     _engine(live, 0.3)
     _engine(live, 0.3, key="gw0-2", owner=BODY_OWNER)
     reads, memory = _counted(_memory(50))
-    with pytest.raises(RunnerBlocked):
+    with pytest.raises(RunnerBlocked, match="held by vllm runner `m`"):
         admission.admit(
             "x",
             admission.Need((0,), 40 * GIB, None),
             holders=live,
             memory=memory,
-            grace_s=2.0,  # the first look's garbage collection alone took 0.3 s in a loaded xdist worker
+            grace_s=0,
             wait=pytest.fail,
         )
-    assert len(reads) > 2
+    assert len(reads) == 2  # before and after the collection; a grace already over looks no more
 
 
 def test_unknown_need_is_admitted(live):

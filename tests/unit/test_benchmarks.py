@@ -34,18 +34,56 @@ def test_a_report_without_pytests_count_says_so():
         plugin_overhead.pytest_refs(FORKED.rsplit("==25753==", 1)[0])
 
 
+# The pair's processes, told apart by their arguments: each writes its pid and, as it ends, its own CPU
+# seconds; the slow one's test waits until the quick one has been reaped (its pid gone), so it ends after the
+# quick one was timed, whatever the host's load. The quick one spends a CPU second of its own.
+TOGETHER = """
+import os, pathlib, time
+
+
+def _side(config):
+    return "slow" if any(arg.endswith("test_slow.py") for arg in config.args) else "quick"
+
+
+def pytest_configure(config):
+    pathlib.Path(_side(config) + ".pid").write_text(str(os.getpid()))
+    if _side(config) == "quick":
+        while time.process_time() < 1.0:
+            pass
+
+
+def pytest_unconfigure(config):
+    pathlib.Path(_side(config) + ".cpu").write_text(repr(time.process_time()))
+"""
+WAITS = """
+import pathlib, time
+
+import psutil
+
+
+def test_waits_for_the_quick_one():
+    while not pathlib.Path("quick.pid").exists():
+        time.sleep(0.02)
+    while psutil.pid_exists(int(pathlib.Path("quick.pid").read_text())):
+        time.sleep(0.02)
+"""
+
+
 def test_runs_started_together_are_each_timed_as_their_own(tmp_path):
     """``--together``'s pairs: each process's wall ends when it does, and its CPU seconds are its own."""
     root = trivial.suite(tmp_path, 3)
-    # 3.5 s asleep: on the loaded 2-core CI host the quick one's start alone once took 0.7 s longer
-    (root / "test_slow.py").write_text("import time\n\n\ndef test_sleeps():\n    time.sleep(3.5)\n")
+    (root / "conftest.py").write_text(TOGETHER)
+    (root / "test_slow.py").write_text(WAITS)
     env = trivial.environment()
     (quick, quick_cpu), (slow, slow_cpu) = trivial.timed_together(
         [["-p", "no:harness"], ["-p", "no:harness", "test_slow.py"]], root, env
     )
-    assert slow - quick > 1.0  # the quick one's wall is not the pair's
-    assert slow_cpu < slow - 3.0  # a sleep uses no CPU: these seconds are the slow process's own
-    assert quick_cpu > 0
+    assert quick < slow  # the quick one's wall is not the pair's: it was timed before the slow one ended
+    own = {side: float((root / f"{side}.cpu").read_text()) for side in ("quick", "slow")}
+    assert quick_cpu >= own["quick"] >= 1.0 and slow_cpu >= own["slow"]
+    # the slow one's seconds are its own: the quick one's second is not in them (as it would be in the
+    # children's total), however long the slow one waited
+    assert slow_cpu < own["slow"] + own["quick"]
 
 
 def test_a_run_that_fails_ends_the_pair_with_its_arguments(tmp_path):
