@@ -90,6 +90,13 @@ class TestResult(TypedDict):
     failure_class: NotRequired[FailureClass]  # why a failed or errored test failed (harness.failures)
 
 
+def seconds(test: TestResult) -> float:
+    """A test's seconds, the one rule every output uses (report, JUnit, durations, history, GPU-free,
+    near-timeout): setup, call and teardown together, what pytest-timeout times; a phase it never reached
+    (null) is 0."""
+    return (test.get("setup_s") or 0.0) + (test.get("call_s") or 0.0) + (test.get("teardown_s") or 0.0)
+
+
 class WorkerInfo(TypedDict):
     """A ``worker`` event: which devices a pytest process was given."""
 

@@ -11,6 +11,7 @@ from typing import Any, cast
 from harness.errors import HarnessError, ReportError
 from harness.ledger.reader import Ledger, started
 from harness.ledger.reader import read as read_ledger
+from harness.ledger.records import seconds
 from harness.platform import detect
 from harness.report import advisor, gpu_free
 from harness.report.environment import environment, versions
@@ -83,14 +84,7 @@ def _splits(shards: list[dict], tests: list[TestResult]) -> list[dict]:
     return [
         {
             **shard,
-            "actual_s": round(
-                sum(
-                    (t.get("setup_s") or 0) + (t.get("call_s") or 0) + (t.get("teardown_s") or 0)
-                    for t in tests
-                    if phase is None or t.get("phase") == phase
-                ),
-                3,
-            ),
+            "actual_s": round(sum(seconds(t) for t in tests if phase is None or t.get("phase") == phase), 3),
         }
         for phase, shard in seen.items()
     ]
@@ -186,7 +180,7 @@ def near_timeout(
     found: list[Finding] = []
     for test in tests:
         limit = (own or {}).get(test["nodeid"]) or limits.get((test["worker"], test["phase"]))
-        took = (test.get("setup_s") or 0.0) + (test.get("call_s") or 0.0) + (test.get("teardown_s") or 0.0)
+        took = seconds(test)
         if limit and took > NEARS * limit and test["outcome"] != "skipped":
             found.append(
                 {
@@ -318,8 +312,7 @@ def files(tests: Iterable[TestResult]) -> dict[str, FileTally]:
         entry = result.setdefault(test["file"], {"tests": 0, "outcomes": {}, "wall_s": 0.0})
         entry["tests"] += 1
         entry["outcomes"][test["outcome"]] = entry["outcomes"].get(test["outcome"], 0) + 1
-        seconds = sum(test.get(k) or 0.0 for k in ("setup_s", "call_s", "teardown_s"))  # type: ignore[misc]
-        entry["wall_s"] = round(entry["wall_s"] + seconds, 3)
+        entry["wall_s"] = round(entry["wall_s"] + seconds(test), 3)
     return dict(sorted(result.items()))
 
 

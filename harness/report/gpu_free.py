@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from harness.ledger.records import seconds
 from harness.report.schema import GpuFree, GpuFreeTests, Record, TestResult, WorkerInfo
 
 GPU_PLATFORMS = ("cuda", "rocm", "xpu")
@@ -19,7 +20,7 @@ GPU_PLATFORMS = ("cuda", "rocm", "xpu")
 
 def _span(test: TestResult) -> tuple[float, float]:
     """The test's seconds, from its end (its event's time) back by its phases' durations."""
-    took = (test.get("setup_s") or 0.0) + (test.get("call_s") or 0.0) + (test.get("teardown_s") or 0.0)
+    took = seconds(test)
     return test["t"] - took, test["t"]
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
 
+from harness.ledger.records import seconds
+from harness.failures import PROPERTY as CLASS_PROPERTY
 from harness.report.schema import Record, Rerun, TestResult
 
 START_PROPERTY = "harness.runner-start"
@@ -30,7 +32,10 @@ def merge(
     again carries its tries that do not count (``reruns``) as surefire's ``flakyFailure`` (it passed in
     the end) or ``rerunFailure`` (it did not), the shape Buildkite Test Analytics and GitHub's test
     reporters read. Every text and attribute goes through ``redact``: pytest's failure texts may carry a
-    credential."""
+    credential. Each failed or errored test case carries exactly one ``failure_class`` property, the
+    ledger's where pytest wrote none (a crashed process's test, a ledger-rebuilt one)."""
+    tests = list(tests)
+    classes = {(t["phase"], *case_key(t["nodeid"])): t.get("failure_class") for t in tests}
     by_case: dict[tuple[str | None, str, str], list[Record]] = {}
     for record in records:
         if test := record.get("test"):
@@ -50,8 +55,9 @@ def merge(
                     _add_properties(case, by_case[key])
                 if key in tries:
                     _add_reruns(case, tries[key])
+                _one_class(case, classes.get(key))
             root.append(suite)
-    _add_missing(root, list(tests))
+    _add_missing(root, tests)
     _clean(root, redact)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
@@ -132,16 +138,33 @@ def _add_missing(root: ET.Element, tests: list[TestResult]) -> None:
         suite = next((s for s in root.iter("testsuite") if s.get("name") == test["phase"]), None)
         if suite is None:
             suite = ET.SubElement(root, "testsuite", name=test["phase"] or "")
-        seconds = sum(t or 0.0 for t in (test.get("setup_s"), test.get("call_s"), test.get("teardown_s")))
-        case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{seconds:.3f}")
+        took = seconds(test)  # the one rule for a test's seconds
+        case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{took:.3f}")
         tag = {"failed": "failure", "error": "error", "skipped": "skipped"}.get(test["outcome"])
         counter = {"failure": "failures", "error": "errors", "skipped": "skipped"}.get(tag or "")
         if tag:
             message = test.get("crash") or f"{test['outcome']} (from the harness ledger)"
             ET.SubElement(case, tag, message=message).text = message
+        _one_class(case, test.get("failure_class"))
         for count in ("tests", counter or ""):
             if count:
                 suite.set(count, str(int(suite.get(count) or 0) + 1))
+
+
+def _one_class(case: ET.Element, ledger: str | None) -> None:
+    """A failed or errored ``case`` with one ``failure_class`` property: pytest's first, else the ledger's
+    (``ledger``); a passed or skipped one keeps what pytest wrote (a quarantined failure's class)."""
+    properties = case.find("properties")
+    given = [] if properties is None else [p for p in properties if p.get("name") == CLASS_PROPERTY]
+    for extra in given[1:]:
+        properties.remove(extra)  # type: ignore[union-attr]
+    failed = any(case.find(tag) is not None for tag in ("failure", "error"))
+    if given or not failed or ledger is None:
+        return
+    if properties is None:
+        properties = ET.Element("properties")
+        case.insert(0, properties)
+    ET.SubElement(properties, "property", name=CLASS_PROPERTY, value=ledger)
 
 
 def _add_properties(case: ET.Element, records: list[Record]) -> None:

@@ -26,6 +26,7 @@ from harness import quarantine
 from harness.config.validate import mismatch
 from harness.errors import ConfigError, InfrastructureError, ReportError
 from harness.ledger.check import LONGEST
+from harness.ledger.records import seconds as test_seconds
 from harness.report.schema import ABSENT, VERSION, Configurations, Durations, PhasesFile, Report
 from harness.split import History
 
@@ -144,10 +145,7 @@ def recorded(path: str | Path) -> tuple[dict[str, float], str, History]:
     data = _parsed(where, text, "durations")
     if isinstance(data, dict) and "version" in data:
         report = _report(where, data)
-        seconds = {
-            t["nodeid"]: (t.get("setup_s") or 0.0) + (t.get("call_s") or 0.0) + (t.get("teardown_s") or 0.0)
-            for t in report["tests"]
-        }
+        seconds = {t["nodeid"]: test_seconds(t) for t in report["tests"]}
         return seconds, "report", History(cast(dict, report))
     durations = checked(
         where, data, Durations, "durations file (a report.json, JUnit XML or pytest-split's .test_durations)"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.config.variables import FAILED, HISTORY
 from harness.errors import HarnessError
+from harness.ledger.records import seconds
 from harness.report.schema import Report
 from harness.report.store import load
 from harness.run.shards import configurations_from
@@ -64,7 +65,7 @@ def test_timeouts(report: Report, bound: float) -> dict[str, float]:
     for test in report["tests"]:
         if test["outcome"] not in ("passed", "failed"):
             continue
-        took = (test.get("setup_s") or 0.0) + (test.get("call_s") or 0.0) + (test.get("teardown_s") or 0.0)
+        took = seconds(test)
         found[test["nodeid"]] = timeout_s(took, bound)
     return found
 
