@@ -19,6 +19,7 @@ from harness.errors import ConfigError
 # the classes as a type, for the report's schema (its loader checks a class is one of them)
 FailureClass = Literal[
     "engine-died",
+    "cuda-fork",
     "start-blocked",
     "out-of-memory",
     "memory-not-settled",
@@ -32,6 +33,7 @@ FailureClass = Literal[
 # and docs/usage.md name
 CLASSES: dict[str, str] = {
     "engine-died": "the engine process died under the test",
+    "cuda-fork": "an engine process forked after the test process initialized CUDA failed its start",
     "start-blocked": "a runner's start was blocked by a live runner, which the message names",
     "out-of-memory": "out of device (or, on the CPU, node) memory at a start or in the test",
     "memory-not-settled": "device memory did not come down before a start: a wait gave up",
@@ -71,6 +73,7 @@ _EXCEPTIONS: tuple[tuple[str, frozenset[str]], ...] = (
 # the harness's own message patterns, after a suite's: what each class says when only text is left
 _PATTERNS: tuple[tuple[str, str], ...] = (
     ("timeout", r"Timeout \(>[0-9.]+s\) from pytest-timeout"),
+    ("cuda-fork", r"cuda-fork: the CUDA driver was initialized in the test process"),  # platform.cuda_fork
     ("start-blocked", r"cannot start: .*; held by "),
     ("memory-not-settled", r"Memory of devices .* not free after|memory did not (settle|come down)"),
     ("engine-died", r"EngineDeadError|EngineCore encountered an issue|Engine core proc .* died"),

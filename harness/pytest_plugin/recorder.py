@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness import ledger
+from harness.platform import cuda_fork
 from harness.pytest_plugin import classes, timeouts
 from harness.pytest_plugin.controller import LEDGER_DIR, Controller
 from harness.pytest_plugin.pinning import worker_event
@@ -181,6 +182,7 @@ class _Recorder:
             self.nodeid = item.nodeid
             self.writer.write("test-start", sync=False, nodeid=self.nodeid)
         self.owner.enter_test(self.nodeid, item.location[0])
+        cuda_fork.WATCH.test_begins(self.nodeid)  # when the driver was first initialized
         self.following = None if nextitem is None else (nextitem, nextitem.nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

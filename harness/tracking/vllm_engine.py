@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from harness.platform import masks
+from harness.platform import cuda_fork, masks
 from harness.tracking import reuse
 from harness.tracking.context import current
 from harness.tracking.reuse import ASKED_FRESH, FRESH
@@ -130,7 +130,10 @@ def patch_llm(module) -> None:
         if keeper is not None:  # HF models where the engine needs their memory)
             keeper.make_room(fraction)
         pool = reuse.pool("vllm")
-        with starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run:
+        with (
+            starting("vllm", str(config.get("model")), config, fraction=fraction, devices=devices) as run,
+            cuda_fork.engine_start(current().platform.name == "cuda", functools.partial(_cuda_fork, run)),
+        ):
             if pool is None:
                 original(self, *args, **kwargs)
             else:  # what it warns is warned again to each test it is handed to, which runs no __init__
@@ -150,6 +153,12 @@ def patch_llm(module) -> None:
     __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__new__ = staticmethod(__new__)
     cls.__init__ = __init__
+
+
+def _cuda_fork(run: Run | None, message: str) -> None:
+    """A ``cuda-fork`` finding (``harness.platform.cuda_fork``) on the start's runner and test."""
+    if run is not None:
+        run.writer.write("finding", type="cuda-fork", runner=run.id, test=run.owner.test, message=message)
 
 
 def _warn_again(llm) -> None:
@@ -506,6 +515,10 @@ class Engine:
     @property
     def share(self) -> float | None:
         return self.run.need.fraction if self.run is not None else None
+
+    def parts(self) -> tuple[object, ...]:
+        engine = getattr(self.runner, "llm_engine", None)
+        return (self.runner, engine, getattr(engine, "engine_core", None))
 
     def refusal(self, against: str | None) -> str | None:
         llm = self.runner
