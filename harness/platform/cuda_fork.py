@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +47,9 @@ def _load(path: str):
 
 
 def driver_initialized(maps: Path = MAPS, load: Callable[[str], object] = _load) -> bool:
-    """True once this process (or the one it was forked from) called ``cuInit``; False where the driver is
-    not mapped, cannot be opened, or answers that it was never initialized."""
+    """True once this process called ``cuInit``; False where the driver is not mapped, cannot be opened, or
+    answers that it was never initialized (as it may in a child forked after ``cuInit``: ``WATCH``, which
+    the child inherits, keeps its parent's reading)."""
     path = mapped_driver(maps)
     if path is None:
         return False
@@ -83,6 +85,16 @@ class Watch:
 WATCH = Watch()  # the process's driver is one fact; a forked child inherits what its parent saw
 
 
+def torch_knows() -> bool:
+    """torch's flag, vLLM's own reason to spawn (read only where torch is imported; False in a forked
+    child, which torch calls a bad fork)."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except AttributeError:  # a torch without CUDA support, or a stand-in
+        return False
+
+
 def spawned_message(since: str) -> str:
     return (
         f"the CUDA driver was initialized in the test process {since} (torch's flag unset, so vLLM would "
@@ -104,7 +116,7 @@ def engine_start(cuda: bool, report: Callable[[str], object], watch: Watch = WAT
     left to vLLM, set ``spawn`` as vLLM itself does when torch's flag says so (``report`` says it); where
     the suite asked for ``fork``, keep it and name a failed start's cause on its error (a note, which the
     failure class reads) and in ``report``."""
-    forked = cuda and os.environ.get(METHOD, "fork") == "fork" and watch.initialized()
+    forked = cuda and os.environ.get(METHOD, "fork") == "fork" and not torch_knows() and watch.initialized()
     if forked and METHOD not in os.environ:
         os.environ[METHOD] = "spawn"
         report(spawned_message(str(watch.since)))

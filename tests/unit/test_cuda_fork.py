@@ -8,7 +8,9 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import sys
 import textwrap
+import types
 
 import pytest
 from hypothesis import given
@@ -168,6 +170,18 @@ def test_nothing_is_set_or_named_where_a_fork_is_safe(monkeypatch, method, cuda,
     said, error = start(cuda_fork.Watch(probe=lambda: initialized), cuda=cuda, fails=True)
     assert said == [] and error is not None and not getattr(error, "__notes__", None)
     assert os.environ.get(cuda_fork.METHOD) == method
+
+
+def test_where_torch_made_the_context_vllm_spawns_itself_and_the_harness_stays_out(monkeypatch):
+    """torch.cuda.is_initialized() True: vLLM's own check switches to spawn; nothing set, nothing said."""
+    monkeypatch.delenv(cuda_fork.METHOD, raising=False)
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    said, error = start(initialized_after_a())
+    assert said == [] and error is None and cuda_fork.METHOD not in os.environ
+    torch.cuda.is_initialized = lambda: False  # a forked child's torch: a bad fork, the flag reads False
+    said, error = start(initialized_after_a())
+    assert len(said) == 1 and os.environ[cuda_fork.METHOD] == "spawn"
 
 
 # the stub engine fails as a forked EngineCore does once the test process initialized the driver
