@@ -1,10 +1,12 @@
 """Failure classes: why a test failed, in one word a CI user can act on (retry it, quarantine it, fix it).
 
-What the run knows for certain decides first (pytest-timeout stopped the test; the ledger saw a start
-blocked or an engine process die; the exception's own type, along its chain of causes), message patterns
-second (the suite's own, then the harness's), and an assertion in the test's call last: an assertion that
-names none of the above is one on the outputs. Every failure gets exactly one class; ``other`` where
-nothing speaks.
+What the run knows for certain decides first (pytest-timeout stopped the test, whatever block it fired in;
+the test's process died; the ledger saw a start blocked or an engine process die; the exception's own type,
+along its chain of causes), message patterns second (the suite's own, then the harness's), and an
+assertion in the test's call last: an assertion that names none of the above is one on the outputs. The
+text searched is the failure's messages (each exception's own, or the ledger's line of a crash), never the
+source lines pytest prints around them: a comment that reads like an error is not one. Every failure gets
+exactly one class; ``other`` where nothing speaks.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from harness.errors import ConfigError
 FailureClass = Literal[
     "engine-died",
     "cuda-fork",
+    "crashed",
     "start-blocked",
     "out-of-memory",
     "memory-not-settled",
@@ -34,6 +37,7 @@ FailureClass = Literal[
 CLASSES: dict[str, str] = {
     "engine-died": "the engine process died under the test",
     "cuda-fork": "an engine process forked after the test process initialized CUDA failed its start",
+    "crashed": "the test's process died under it (a signal, os._exit, a native crash)",
     "start-blocked": "a runner's start was blocked by a live runner, which the message names",
     "out-of-memory": "out of device (or, on the CPU, node) memory at a start or in the test",
     "memory-not-settled": "device memory did not come down before a start: a wait gave up",
@@ -44,6 +48,7 @@ CLASSES: dict[str, str] = {
     "other": "none of the above",
 }
 OTHER = "other"
+PROPERTY = "failure_class"  # its name as a pytest user property and a JUnit test case's property
 TEXT_LIMIT = 200_000  # characters of a failure's text searched: its end, where the raise is
 
 # exception class names (any class along the MRO of any exception along the chain) that decide a class
@@ -72,7 +77,6 @@ _EXCEPTIONS: tuple[tuple[str, frozenset[str]], ...] = (
 
 # the harness's own message patterns, after a suite's: what each class says when only text is left
 _PATTERNS: tuple[tuple[str, str], ...] = (
-    ("timeout", r"Timeout \(>[0-9.]+s\) from pytest-timeout"),
     ("cuda-fork", r"cuda-fork: the CUDA driver was initialized in the test process"),  # platform.cuda_fork
     ("start-blocked", r"cannot start: .*; held by "),
     ("memory-not-settled", r"Memory of devices .* not free after|memory did not (settle|come down)"),
@@ -96,12 +100,13 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
 @dataclass(frozen=True)
 class Evidence:
     """What is known of one failure. ``exceptions`` are class names along the MROs of the exception and
-    its causes; ``text`` the failure as pytest rendered it."""
+    its causes; ``text`` its messages (``messages``), never the source pytest prints around them."""
 
     text: str = ""
     exceptions: frozenset[str] = frozenset()
     when: str = "call"  # the phase that failed: setup, call or teardown
-    timed_out: bool = False  # pytest-timeout stopped it
+    timed_out: bool = False  # pytest-timeout stopped it (its own exception, or its thread method's exit)
+    crashed: bool = False  # the test's process died under it
     blocked: bool = False  # the ledger: a start of this test was blocked
     engine_died: bool = False  # the ledger: a runner's process of this test exited under it
 
@@ -140,6 +145,8 @@ def classify(evidence: Evidence, suite: Patterns = ()) -> str:
     """The one class of a failure: facts, then the exception's types, then text, then an assertion."""
     if evidence.timed_out:
         return "timeout"
+    if evidence.crashed:
+        return "crashed"
     if evidence.blocked:
         return "start-blocked"
     if evidence.engine_died:
@@ -156,15 +163,27 @@ def classify(evidence: Evidence, suite: Patterns = ()) -> str:
     return OTHER
 
 
+def chain(error: BaseException | None, depth: int = 16) -> list[BaseException]:
+    """``error`` and each cause or context it chains to, once each (a cycle ends), at most ``depth``."""
+    found: list[BaseException] = []
+    while error is not None and all(error is not seen for seen in found) and len(found) < depth:
+        found.append(error)
+        error = error.__cause__ or error.__context__
+    return found
+
+
 def exception_names(error: BaseException | None, depth: int = 16) -> frozenset[str]:
     """The class names along the MRO of ``error`` and of each cause or context it chains to."""
-    names: set[str] = set()
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen and len(seen) < depth:
-        seen.add(id(error))
-        names.update(klass.__name__ for klass in type(error).__mro__)
-        error = error.__cause__ or error.__context__
-    return frozenset(names)
+    return frozenset(klass.__name__ for each in chain(error, depth) for klass in type(each).__mro__)
+
+
+def messages(error: BaseException | None, depth: int = 16) -> str:
+    """What ``error`` and its chain say, one ``Type: message`` line each, then its notes (PEP 678: where
+    the harness names a cause, ``platform.cuda_fork``): the text patterns read."""
+    lines = []
+    for each in chain(error, depth):
+        lines += [f"{type(each).__name__}: {each}", *map(str, getattr(each, "__notes__", ()))]
+    return "\n".join(lines)
 
 
 def counts(classes: Iterable[str]) -> dict[str, int]:
