@@ -215,7 +215,7 @@ def test_a_plain_pytest_run_removes_its_temporary_ledger(pytester, fake_gpus, mo
 
 
 # A test that starts a child in a session of its own (as an engine launcher may), says where, then hangs
-# for HANG_S seconds; the junit file names the run (RUN) it belongs to.
+# until the file RELEASE exists; the junit file names the run (RUN) it belongs to.
 ESCAPES = """
 import os, pathlib, subprocess, sys, time
 
@@ -223,35 +223,39 @@ def test_escapes(record_property):
     record_property("run", os.environ["RUN"])
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     pathlib.Path("child.pid").write_text(str(child.pid))
-    time.sleep(float(os.environ["HANG_S"]))
+    while not pathlib.Path(os.environ["RELEASE"]).exists():
+        time.sleep(0.05)
 """
 
 
 def test_kill_9_of_harness_run_ends_every_process_of_the_phase_and_no_stale_writer_is_left(project, tmp_path):
     root = project(SERIAL, test_escapes=ESCAPES)
-    env = {**os.environ, "HARNESS_FAULT_TAG": str(tmp_path), "HANG_S": "12", "RUN": "first"}
+    release = tmp_path / "release"  # the first run's test hangs until it exists: only the keeper ends it
+    env = {**os.environ, "HARNESS_FAULT_TAG": str(tmp_path), "RELEASE": str(release), "RUN": "first"}
     argv = [sys.executable, "-m", "harness", "run", "--platform", "cpu", "--out", "out", "models"]
     first = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 60  # only so that a run that never gets there fails instead of hanging
     while not (root / "child.pid").exists():
         assert time.monotonic() < deadline and first.poll() is None
         time.sleep(0.05)
     child = psutil.Process(int((root / "child.pid").read_text()))
     first.kill()  # SIGKILL: nothing of harness run's own code runs now
-    killed = time.monotonic()
     first.wait()
+    deadline = time.monotonic() + 60  # the test hangs for good: without the keeper nothing ever ends it
     while _tagged(str(tmp_path)):
-        assert time.monotonic() - killed < 5, [p.cmdline() for p in _tagged(str(tmp_path))]
+        assert time.monotonic() < deadline, [p.cmdline() for p in _tagged(str(tmp_path))]
         time.sleep(0.05)
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
     # the next run into the same directory: nothing of the first may write there, during or after it
-    second = subprocess.run(argv, cwd=root, env={**env, "HANG_S": "0", "RUN": "second"}, capture_output=True)
+    second = subprocess.run(
+        argv, cwd=root, env={**env, "RELEASE": os.devnull, "RUN": "second"}, capture_output=True
+    )
     assert second.returncode == 0, second.stderr
     junit = root / "out" / "junit" / "p.xml"
     written = junit.read_bytes()
-    time.sleep(max(0.0, killed + 12 + 3 - time.monotonic()))  # past the first run's hang, had it lived
-    assert junit.read_bytes() == written and b'value="second"' in written
+    release.touch()  # the first run's hang is over: had any of it lived, it would write now
     assert _tagged(str(tmp_path)) == []
+    assert junit.read_bytes() == written and b'value="second"' in written
 
 
 def _tagged(tag: str) -> list[psutil.Process]:

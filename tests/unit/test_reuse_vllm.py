@@ -49,7 +49,9 @@ def test_reuse_hands_on_clean_engines_where_they_fit(pytester, monkeypatch):
         ("same_configuration", vllm[0]["id"]),
         ("changes_its_engine", vllm[1]["id"]),
     ]
-    assert all(r["saved_s"] > 1 for r in merged.reuses)
+    startups = {r["id"]: r["startup_s"] for r in vllm}  # a reuse saves the start of the engine it hands on
+    assert [r["saved_s"] for r in merged.reuses] == [startups[r["runner"]] for r in merged.reuses]
+    assert None not in startups.values()
     changed = "its configuration changed while in use (no reset undoes that)"
     assert [(r["test"].removeprefix(name), r["runner"], r["reason"]) for r in merged.refusals] == [
         ("changes_its_engine", vllm[1]["id"], changed),

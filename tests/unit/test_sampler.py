@@ -23,14 +23,27 @@ from pathlib import Path
 from tests import fakes
 from tests.unit.runner_suites.fake_runner import FakeRunner
 
+def _samples():
+    files = Path("run", "ledger").rglob("*.jsonl")
+    lines = [line for path in files for line in path.read_text().splitlines()]
+    return sum(json.loads(line)["event"] == "memory" for line in lines if line.endswith("}"))
+
+def _four_more_samples():  # the sampler's next four; off, the time it would have had
+    if os.environ["HARNESS_MEMORY_SAMPLE_S"] == "0":
+        time.sleep(0.8)
+        return
+    wanted = _samples() + 4
+    while _samples() < wanted:
+        time.sleep(0.05)
+
 def test_engine_and_a_tensor_outside_any_runner():
     with FakeRunner("e5", gpu_memory_utilization=0.25):
-        time.sleep(0.8)
+        _four_more_samples()
     path = Path(os.environ["FAKE_GPUS_FILE"])
     gpus = json.loads(path.read_text())
     gpus[0]["used"] += 30 * 2**30  # memory no runner event reads: only the sampler sees it
     fakes.write(path, gpus)  # in one step: the sampler's thread reads the file meanwhile
-    time.sleep(0.8)
+    _four_more_samples()  # the first may have read the file before the write; the rest read it after
 """
 
 
