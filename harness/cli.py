@@ -14,6 +14,7 @@ import sys
 import traceback
 
 from harness import __version__
+from harness.config import options
 from harness.errors import HarnessError
 from harness.platform import PLATFORMS
 
@@ -108,40 +109,14 @@ def _add_run(sub) -> None:
     )
     run.add_argument("--fail-fast", action="store_true", help="stop after the first failing phase")
     run.add_argument("--shard", metavar="I/N", help="run shard I (0-based) of N; Buildkite fills it")
-    run.add_argument(
-        "--durations-from",
-        metavar="REPORT",
-        help="a previous run (report.json or run dir): tests that started one engine configuration run "
-        "one after another; with --shard, LPT sharding by its durations",
-    )
-    run.add_argument(
-        "--history",
-        metavar="REPORT",
-        help="a previous run of this suite (report.json or run dir; default HARNESS_HISTORY), as CI restores "
-        "it: its durations weigh the split, tests that failed there run first, engine groups stay together; "
-        "one that is missing or cannot be used is one summary line ('no history: ...') and the run goes on",
-    )
+    options.add_arguments(run, options.DURATIONS_FROM, options.HISTORY_OPTION)  # with a variable or a key
     run.add_argument(
         "--timeouts-from-history",
         action="store_true",
         help="give each test that ran in the history pytest-timeout's timeout from its recorded seconds "
         "(x1.5 + 60 s, at least 60 s, at most test_timeout_s), unless it sets its own",
     )
-    run.add_argument(
-        "--gpu-free",
-        choices=("deselect", "only"),
-        default=None,
-        help="the GPU-free tests the history lists (default HARNESS_GPU_FREE; [tool.harness.ci] gpu_free_job "
-        "sets it): 'deselect' leaves them to the CPU job, 'only' runs just them (--platform cpu) and fails "
-        "one that starts a runner; no history: nothing moves",
-    )
-    run.add_argument(
-        "--baseline",
-        metavar="REPORT",
-        help="the base branch's report, run dir or folder of shard run dirs: the summary opens with "
-        "before -> after "
-        "(default: [tool.harness] baseline / HARNESS_BASELINE; one that cannot be read is one line there)",
-    )
+    options.add_arguments(run, options.GPU_FREE_OPTION, options.BASELINE)
     run.set_defaults(module="harness.run.command")
 
 

@@ -16,6 +16,7 @@ import os
 
 import pytest
 
+from harness.config import options
 from harness.config.pyproject import declares_table, find_pyproject
 from harness.config.variables import CONFIGURATIONS, GPU_FREE_TESTS, SWITCH
 from harness.errors import HarnessError
@@ -24,31 +25,17 @@ __all__ = ["SWITCH", "asked"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("harness")
-    group.addoption(
-        "--harness",
-        action="store_true",
-        help="act in this session (as HARNESS=1 or a [tool.harness] table in pyproject.toml do)",
-    )
+    group = parser.getgroup("harness")  # the options with a variable or a key: declared in config.options
+    options.add_arguments(group, options.HARNESS)
     group.addoption("--no-harness", action="store_true", help="do not act, even where asked")
-    group.addoption(
-        "--harness-ledger-dir",
-        default=None,
-        help="directory for the runner ledger, one <worker>.jsonl per worker "
-        "(default: $HARNESS_LEDGER_DIR, else a new temporary directory)",
-    )
+    options.add_arguments(group, options.LEDGER_DIR)
     group.addoption(
         "--harness-phases",
         default=None,
         metavar="FILE",
         help="with --collect-only: write each phase's node ids into FILE's phase list (harness run)",
     )
-    group.addoption(
-        "--harness-reuse",
-        action="store_true",
-        help="keep a closed VllmRunner's engine warm for the next start of its configuration "
-        "([tool.harness] reuse = true)",
-    )
+    options.add_arguments(group, options.REUSE)
     if not _pytest_shard():  # with it installed, its own options (and its hash split) stand
         group.addoption(
             "--num-shards",
@@ -60,13 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(
             "--shard-id", type=int, default=None, help="pytest-shard's: the shard to run, 0-based"
         )
-    group.addoption(
-        "--harness-durations",
-        default=None,
-        metavar="PATH",
-        help="durations for --num-shards: a report.json or run directory, a JUnit XML file or pytest-split's "
-        ".test_durations (default: $HARNESS_DURATIONS_FROM, else .test_durations in the rootdir)",
-    )
+    options.add_arguments(group, options.DURATIONS)
 
 
 def _pytest_shard() -> bool:
@@ -82,10 +63,10 @@ def _pytest_shard() -> bool:
 
 def asked(config: pytest.Config, env=os.environ) -> bool:
     """Whether this session asked for the harness (see the module's docstring)."""
-    options = config.known_args_namespace
-    if options.no_harness:
+    given = config.known_args_namespace
+    if given.no_harness:
         return False
-    if options.harness or env.get(SWITCH) == "1":
+    if options.value(options.HARNESS, given.harness, env):  # --harness, else HARNESS=1
         return True
     try:
         return declares_table(find_pyproject(config.rootpath))
@@ -96,15 +77,13 @@ def asked(config: pytest.Config, env=os.environ) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     _rootdir_kept(early_config)
-    options = early_config.known_args_namespace
-    sharded = (
-        getattr(options, "num_shards", None) is not None or getattr(options, "shard_id", None) is not None
-    )
+    given = early_config.known_args_namespace
+    sharded = getattr(given, "num_shards", None) is not None or getattr(given, "shard_id", None) is not None
     # harness run's one collection (--harness-phases) sees every test: the run splits what it collected
-    if sharded and not _pytest_shard() and not options.harness_phases:
+    if sharded and not _pytest_shard() and not given.harness_phases:
         from harness.pytest_plugin import shard
 
-        shard.requested(options)  # a half pair or an id out of range: one line before any conftest
+        shard.requested(given)  # a half pair or an id out of range: one line before any conftest
         early_config.pluginmanager.register(shard, shard.__name__)  # acting or not: never ignored
     if not asked(early_config):
         return  # a session that did not ask imports none of the modules below

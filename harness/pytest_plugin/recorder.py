@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness import ledger
+from harness.config import options
 from harness.platform import cuda_fork
 from harness.pytest_plugin import classes, timeouts
 from harness.pytest_plugin.controller import LEDGER_DIR, Controller
@@ -57,7 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
     here = process_context(config)  # a broken [tool.harness] or device mask is a usage error
     config.stash[DIRECTORY] = _ledger_dir(config, here.settings)
     config.stash[STARTED] = time.time()
-    if here.settings.reuse or config.getoption("harness_reuse"):  # the controller shows their tries too
+    if _reuse_asked(config, here.settings):  # the controller shows their tries too
         from harness.pytest_plugin import reruns
 
         if not config.pluginmanager.is_registered(reruns):
@@ -68,12 +69,15 @@ def pytest_configure(config: pytest.Config) -> None:
         _record(config, here)
 
 
+def _reuse_asked(config: pytest.Config, settings: Settings) -> bool:
+    """``--harness-reuse``, else ``HARNESS_REUSE``, else ``[tool.harness] reuse``."""
+    return bool(options.value(options.REUSE, config.getoption(options.REUSE.dest), settings=settings))
+
+
 def _ledger_dir(config: pytest.Config, settings: Settings) -> Path:
     """The controller's (under xdist), ``--harness-ledger-dir``, the setting, else a temporary one."""
-    directory = (
-        getattr(config, "workerinput", {}).get(LEDGER_DIR)
-        or config.getoption("harness_ledger_dir")
-        or settings.ledger_dir  # [tool.harness] ledger_dir, or HARNESS_LEDGER_DIR
+    directory = getattr(config, "workerinput", {}).get(LEDGER_DIR) or options.value(
+        options.LEDGER_DIR, config.getoption(options.LEDGER_DIR.dest), settings=settings
     )
     config.stash[TEMPORARY] = directory is None
     return Path(directory or tempfile.mkdtemp(prefix="harness-ledger-")).resolve()
@@ -89,7 +93,7 @@ def _record(config: pytest.Config, here: Context) -> None:
     os.environ[CHILD] = here.owner.export(str(writer.directory))
     config.pluginmanager.register(_Recorder(config, writer), "harness-recorder")
     asked = (
-        ("vllm", here.settings.reuse or config.getoption("harness_reuse")),
+        ("vllm", _reuse_asked(config, here.settings)),
         ("hf", here.settings.reuse_hf),
     )
     if kinds := tuple(kind for kind, on in asked if on):

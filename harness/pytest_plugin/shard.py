@@ -14,12 +14,12 @@ The flags are honoured wherever pytest accepts them: also where the harness is i
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from harness import split
+from harness.config import options
 from harness.errors import HarnessError
 
 SHARD = pytest.StashKey[tuple[split.Shard, dict]]()  # this session's shard and what it records of its split
@@ -36,7 +36,7 @@ def requested(options: object) -> split.Shard | None:
 
 def durations_path(config: pytest.Config) -> str | None:
     """``--harness-durations``, else ``HARNESS_DURATIONS_FROM``, else pytest-split's ``.test_durations``."""
-    given = config.getoption("harness_durations") or os.environ.get("HARNESS_DURATIONS_FROM")
+    given = options.value(options.DURATIONS, config.getoption(options.DURATIONS.dest))
     if given:
         return given
     default = config.rootpath / ".test_durations"
