@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_compare(sub)
     _add_ci(sub)
     _add_flaky(sub)
+    selection = sub.add_parser("selection", help="selection rate and false-green rate across builds' reports")
+    selection.add_argument("reports", nargs="+", metavar="REPORT", help="report.json files or run dirs")
+    selection.set_defaults(module="harness.run.selecting")
     return parser
 
 
@@ -117,6 +120,15 @@ def _add_run(sub) -> None:
         "(x1.5 + 60 s, at least 60 s, at most test_timeout_s), unless it sets its own",
     )
     options.add_arguments(run, options.GPU_FREE_OPTION, options.BASELINE)
+    run.add_argument(
+        "--changed-since",
+        metavar="REF",
+        help="run only the tests a change since REF's merge base touches (footprints from --history; the "
+        "working tree counts); the others are reported skipped by selection (docs/selection.md)",
+    )
+    run.add_argument(
+        "--shadow", action="store_true", help="with --changed-since: run every test, record what it skips"
+    )
     run.set_defaults(module="harness.run.command")
 
 

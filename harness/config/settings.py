@@ -29,7 +29,7 @@ from harness.config.validate import (
 from harness.errors import ConfigError
 from harness.platform import PLATFORMS
 
-OTHER_OWNERS = ("suites", "ci")
+OTHER_OWNERS = ("suites", "ci", "select")
 CI_DEADLINE = "HARNESS_CI_DEADLINE"  # Unix time at which CI ends the job (the generated CI exports it)
 
 

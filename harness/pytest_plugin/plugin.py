@@ -20,6 +20,7 @@ from harness.config import options
 from harness.config.pyproject import declares_table, find_pyproject
 from harness.config.variables import CONFIGURATIONS, GPU_FREE_TESTS, SWITCH
 from harness.errors import HarnessError
+from harness.select import SELECTION
 
 __all__ = ["SWITCH", "asked"]
 
@@ -90,6 +91,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     from harness.pytest_plugin import (
         classes,
         fixtures,
+        footprint,
         gpus,
         pinning,
         quarantined,
@@ -113,6 +115,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         retries,
         fixtures,
         terminal,
+        footprint,
     ):
         early_config.pluginmanager.register(module, module.__name__)
     if sharded and _pytest_shard():  # its flags, its split: said once, in the header
@@ -121,6 +124,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         from harness.pytest_plugin import order
 
         early_config.pluginmanager.register(order, order.__name__)
+    if os.environ.get(SELECTION):  # harness run --changed-since: the tests its selection leaves out
+        from harness.pytest_plugin import selected
+
+        early_config.pluginmanager.register(selected.load(os.environ[SELECTION]), selected.__name__)
     if os.environ.get(GPU_FREE_TESTS):  # [tool.harness.ci] gpu_free_job: a GPU step's or the CPU job's list
         from harness.pytest_plugin import cpu_job
 

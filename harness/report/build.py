@@ -31,6 +31,8 @@ from harness.report.schema import (
     WorkerInfo,
 )
 from harness.report.store import load_phases, recorded
+from harness.select import record as selected
+from harness.select import table
 
 
 def build(run_dir: Path, env: Mapping[str, str]) -> Report:
@@ -72,6 +74,10 @@ def build(run_dir: Path, env: Mapping[str, str]) -> Report:
     }
     if meta.get("history") is not None:  # harness run --history: its source and failures, or why none
         report["history"] = meta.get("history")
+    if (footprints := table.collect(sorted((run_dir / "ledger").glob("*")))) is not None:
+        report["footprints"] = footprints
+    if meta.get("selection"):  # harness run --changed-since: with the false greens (shadow)
+        report["selection"] = selected.finished(meta["selection"], ledger.tests)  # type: ignore[arg-type]
     return report
 
 

@@ -20,6 +20,7 @@ from harness.report import history_lines, html, junit, summary, timeline
 from harness.report.build import build
 from harness.report.publish import publish as publish_summary
 from harness.report.schema import Report
+from harness.select import record as selected
 from harness.report.store import write_atomic
 
 
@@ -42,7 +43,8 @@ def finalize(
     run_dir = Path(run_dir)
     redactor = Redactor(env, sys.argv if args is None else args)
     report = redactor.data(build(run_dir, env))
-    text = summary.render(report, opening=before_after.lines(report, baseline) + history_lines.lines(report))
+    opening = before_after.lines(report, baseline) + history_lines.lines(report) + _selection(report)
+    text = summary.render(report, opening=opening)
     svg = timeline.svg(report)
     files = {
         # allow_nan=False: NaN is not JSON; the build never lets one through, this keeps it so
@@ -78,3 +80,9 @@ def main(args: argparse.Namespace) -> int:
         f"({total['startup_s']:.1f} s), {len(report['findings'])} findings"
     )
     return 0
+
+
+def _selection(report: Report) -> list[str]:
+    """The summary's lines on ``harness run --changed-since``'s selection (``harness.select.record``)."""
+    found = [summary.text(line) for line in selected.lines(report.get("selection"))]
+    return [f"Selection: {found[0]}", "", *found[1:], ""] if found else []

@@ -97,6 +97,7 @@ class PhasesFile(TypedDict, total=False):
     baseline: str | None  # --baseline: the base branch's report the summary compares with
     split: dict | None  # --shard: the split's index, count, predicted seconds and source
     history: dict[str, Any] | None  # --history: its source and the tests that failed there, or why none
+    selection: dict[str, Any] | None  # --changed-since: what selection ran and skipped (harness.select)
     phases: Required[list[Phase]]
 
 
@@ -246,6 +247,8 @@ class Report(TypedDict):
     splits: NotRequired[list[dict[str, Any]]]  # its shard events, each with the seconds its tests took
     accounting: NotRequired[dict[str, Any]]  # harness merge's proof of its shards' tests (report.union)
     history: NotRequired[dict[str, Any] | None]  # phases.json's: the run's history, or why it had none
+    selection: NotRequired[dict[str, Any] | None]  # --changed-since: selected, skipped, false greens
+    footprints: NotRequired[dict[str, Any]]  # each test's files whose code ran (harness.select.table)
     starts: Starts
     files: dict[str, FileTally]
     advice: NotRequired[list[Advice]]

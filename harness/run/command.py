@@ -46,13 +46,14 @@ from harness.report.outcomes import NO_TESTS
 from harness.report.schema import Report
 from harness.report.store import load, write_atomic
 from harness.report.union import account_shard, line
-from harness.run import directory, kept_cache
+from harness.run import directory, kept_cache, selecting
 from harness.run import history as past
 from harness.run.exits import phase_exit, run_exit
 from harness.run.process import Stopped, ignore_stop_signals, phase_timeout, stop_signals
 from harness.run.resume import run_resuming
 from harness.run.selection import claimed, members
 from harness.run.shards import arguments_file, configurations_from, decide, flags, parse_shard
+from harness.select.profiler import PACKAGES_VARIABLE
 from harness.split import Shard
 
 # set by harness run for each phase: a user's value would send results where the report does not look
@@ -70,6 +71,8 @@ def main(args) -> int:
     pyproject = find_pyproject()
     settings = load_settings(platform, pyproject, env)
     suite = load_suite(read_table(pyproject), args.suite, args.phases)
+    selecting.check(args.changed_since, args.shadow)
+    env[PACKAGES_VARIABLE] = selecting.packages(read_table(pyproject))  # what footprints record
     for phase in suite.phases:  # each names files in the run directory (junit/<phase>.xml, ledger/<phase>/)
         directory.segment("phase", phase.name)
     check_paths(suite, pyproject.parent if pyproject else Path.cwd())
@@ -119,6 +122,9 @@ def main(args) -> int:
             run.baseline = args.baseline or settings.baseline
             run.durations = history or durations
             run.history = remembered
+            if args.changed_since:  # --changed-since REF [--shadow]: decided after the run's one collection
+                run.changed = (args.changed_since, args.shadow, args.history or env.get(past.VARIABLE))
+                run.table = read_table(pyproject)
             return _run(run, suite, detection, shard, args.fail_fast)
         except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
             return 128 + stopped.signum
@@ -173,6 +179,8 @@ class _Run:
     rootdir: Path | None = None  # pytest's, from the run's collection: node ids are relative to it
     broken: bool = False  # a shard whose collection failed: its phases only collect, to show why
     history: dict | None = None  # --history: its source and the tests that failed there, or why none
+    changed: tuple | None = None  # --changed-since REF, --shadow, the history (harness.run.selecting)
+    table: dict = field(default_factory=dict)  # [tool.harness], for [tool.harness.select]
 
 
 def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
@@ -203,6 +211,12 @@ def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
     # the run's -m / -k, as pytest read them, narrow each phase's own
     suite = Suite(suite.name, tuple(p.narrowed(chosen["markers"], chosen["keywords"]) for p in suite.phases))
     run.earlier = claimed([phase.name for phase in suite.phases], run.found or {})
+    if run.changed:
+        ref, shadow, history = run.changed
+        meta["selection"] = selecting.prepare(
+            ref, shadow, history, run.table, suite.name, run.found, chosen.get("rootdir"), out, env
+        )
+        _write(out, meta)
     if shard:
         _split(run, suite, shard, chosen)
     stopped = None

@@ -1,0 +1,122 @@
+"""Each test's footprint (``harness.select``): the files whose code ran for it, written per session into
+``<ledger dir>/footprints/`` for the report.
+
+A test's footprint is what ran in its setup, call and teardown, in its module's import and collection, in
+the fixtures it uses (a wider-scoped fixture's setup ran once, for the first test: it counts for each test
+that uses it), and in the processes it started while it ran (``harness.select.profiler.child``).
+Code between tests (pytest's own) and in other threads is not recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.pytest_plugin.recorder import DIRECTORY
+from harness.pytest_plugin.session import is_controller, worker_id
+from harness.select import profiler, table
+
+_STATE = pytest.StashKey["_Footprints"]()
+_ACTIVE: list[_Footprints] = []  # the recording session's, for a forked child (register_at_fork stays)
+
+
+@pytest.hookimpl(trylast=True)  # after the recorder's configure: the ledger directory is known
+def pytest_configure(config: pytest.Config) -> None:
+    if DIRECTORY not in config.stash or is_controller(config) or config.getoption("harness_phases"):
+        return
+    packages = os.environ.get(profiler.PACKAGES_VARIABLE)
+    names = profiler.PACKAGES if packages is None else tuple(p for p in packages.split(",") if p)
+    roots = profiler.roots(config.rootpath, names)
+    folder = config.stash[DIRECTORY] / table.FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    state = _Footprints(profiler.Recorder(profiler.Paths(roots)), folder, worker_id(config))
+    config.stash[_STATE] = state
+    config.pluginmanager.register(state, "harness-footprints")
+    os.environ[profiler.DIRECTORY] = str(folder)
+    os.environ[profiler.ROOTS] = profiler.export(roots)
+    if not _ACTIVE:
+        os.register_at_fork(after_in_child=_forked)
+    _ACTIVE[:] = [state]
+
+
+def _forked() -> None:
+    if _ACTIVE:
+        profiler.forked(_ACTIVE[0].recorder, str(_ACTIVE[0].folder))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is None:
+        return
+    state.recorder.switch(None)
+    _ACTIVE.clear()
+    for name in (profiler.DIRECTORY, profiler.ROOTS, profiler.TEST):
+        os.environ.pop(name, None)
+
+
+class _Footprints:
+    def __init__(self, recorder: profiler.Recorder, folder: Path, worker: str):
+        self.recorder, self.folder, self.worker = recorder, folder, worker
+        self.tests: dict[str, set[str]] = {}
+        self.markers: dict[str, list[str]] = {}
+        self.item: pytest.Item | None = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector):
+        """A module's import and collection: its code counts for each of its tests."""
+        if not isinstance(collector, pytest.Module):
+            return (yield)
+        previous = self.recorder.switch(f"collect {collector.nodeid}")
+        try:
+            return (yield)
+        finally:
+            self.recorder.switch(previous)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
+        """A fixture's setup: its code counts for every test that uses it."""
+        previous = self.recorder.switch(_fixture(fixturedef.baseid, fixturedef.argname))
+        try:
+            return (yield)
+        finally:
+            self.recorder.switch(previous)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> None:
+        self.item = item
+        os.environ[profiler.TEST] = item.nodeid
+        self.recorder.switch(f"test {item.nodeid}")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        item, self.item = self.item, None
+        self.recorder.switch(None)
+        os.environ.pop(profiler.TEST, None)
+        found = self.tests.setdefault(nodeid, set())
+        found |= self.recorder.take(f"test {nodeid}")
+        found |= self.recorder.files.get(f"collect {nodeid.split('::')[0]}", set())
+        if item is None:
+            return
+        for name in getattr(item, "fixturenames", ()):
+            for owner, files in self.recorder.files.items():
+                if owner.startswith("fixture ") and owner.endswith(f"::{name}") and _covers(owner, nodeid):
+                    found |= files
+        self.markers[nodeid] = sorted({mark.name for mark in item.iter_markers()})
+
+    def pytest_sessionfinish(self) -> None:
+        data = {"tests": {t: sorted(f) for t, f in self.tests.items()}, "markers": self.markers}
+        (self.folder / f"{self.worker}-{os.getpid()}.json").write_text(json.dumps(data) + "\n")
+
+
+def _fixture(baseid: str, argname: str) -> str:
+    return f"fixture {baseid}::{argname}"
+
+
+def _covers(owner: str, nodeid: str) -> bool:
+    """Whether the fixture ``owner`` (``fixture <baseid>::<name>``) is visible to ``nodeid``: its baseid
+    (``""`` for a plugin's or the root conftest's) is a prefix of the test's."""
+    baseid = owner[len("fixture ") :].rpartition("::")[0]
+    return not baseid or nodeid.startswith(baseid)

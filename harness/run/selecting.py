@@ -1,0 +1,121 @@
+"""``harness run --changed-since REF [--shadow]``: the run's selection from its one collection, the history's
+footprints and git's diff (``harness.select``); and ``harness selection REPORT...``, the rates across builds.
+
+Selection skips a test by handing its phase's pytest a list (``harness.select.SELECTION``): the plugin
+marks each listed test skipped with the reason, so JUnit and report.json show it skipped by selection,
+never absent. In shadow every test runs and the list only marks what selection would have skipped. A
+history that cannot say (none, of another suite, corrupt, without footprints), no merge base or a failed
+collection: every test runs, and one line says why. An unknown REF or ``--shadow`` alone: bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.report.store import load, write_atomic
+from harness.select import SELECTION, changes, choose, record, rules, table
+from harness.split import History
+
+
+def packages(harness_table: dict) -> str:
+    """The packages whose files footprints record, for the plugin (``profiler.PACKAGES_VARIABLE``)."""
+    return ",".join(rules.load(harness_table.get("select")).packages)
+
+
+def check(ref: str | None, shadow: bool) -> None:
+    if shadow and not ref:
+        raise HarnessError("--shadow records what --changed-since REF would select: give REF too")
+
+
+def prepare(
+    ref: str,
+    shadow: bool,
+    history: str | None,
+    harness_table: dict,
+    suite: str,
+    found: dict[str, list[str]] | None,
+    rootdir: str | None,
+    out: Path,
+    env: dict,
+) -> dict:
+    """The selection's phases.json section; sets ``env``'s list for the phases' pytest."""
+    mode = "shadow" if shadow else "on"
+    given = rules.load(harness_table.get("select"))
+    root = Path(rootdir) if rootdir else Path.cwd()
+    change: changes.Change | None = None
+    try:
+        change = changes.changed(ref, root)
+        prior: tuple | str = _history(history, suite)
+    except changes.NoBase as why:
+        prior = str(why)
+    tests = list(dict.fromkeys(n for ids in (found or {}).values() for n in ids))
+    if found is None:
+        prior = "the suite's collection failed"
+    if isinstance(prior, str):
+        made = choose.choose(tests, prior, {}, [], given)
+    else:
+        footprints, markers, report = prior
+        prefix = _prefix(root, change.top) if change else ""
+        own = _prefix(out, change.top) if change else ""  # this run's own directory is never a change
+        given = replace(given, ignore=(*given.ignore, own)) if own else given
+        files = change.files if change else ()
+        unit = History(report).unit
+        made = choose.choose(
+            tests, footprints, markers, files, given, unit, prefix, change.renamed if change else {}
+        )
+    files = change.files if change else ()
+    section = record.section(mode, ref, change.base if change else None, files, made)
+    if made.skipped:
+        path = out / "selection-skipped.json"
+        write_atomic(path, json.dumps({"mode": mode, "ref": ref, "skipped": list(made.skipped)}) + "\n")
+        env[SELECTION] = str(path.resolve())
+    for line in record.lines(section):
+        print(f"harness: {line}", file=sys.stderr)
+    return section
+
+
+def _history(given: str | None, suite: str) -> tuple | str:
+    """The first usable history's footprints, markers and report; else why none is."""
+    if not given:
+        return "no history given (--history or HARNESS_HISTORY)"
+    why = []
+    for path in [part for part in given.split(os.pathsep) if part]:
+        try:
+            report = load(Path(path))
+        except HarnessError as error:
+            why.append(str(error))
+            continue
+        if report.get("suite") != suite:
+            why.append(f"{path} is of suite {report.get('suite')!r}, this run is {suite!r}")
+            continue
+        decoded = table.decode(report.get("footprints"))
+        if isinstance(decoded, str):
+            why.append(f"{path}: {decoded}")
+            continue
+        return (*decoded, report)
+    return "; ".join(why)
+
+
+def _prefix(root: Path, top: Path) -> str:
+    try:
+        relative = root.resolve().relative_to(top.resolve()).as_posix()
+    except ValueError:
+        return ""
+    return "" if relative == "." else f"{relative}/"
+
+
+def main(args) -> int:
+    """``harness selection REPORT...``: each build's selected share and false greens, then the median share
+    and the false-green rate; exit 1 when a build had a false green."""
+    found = []
+    for path in args.reports:
+        report = load(Path(path))  # one that cannot be read: one line, exit 2
+        found.append((str(path), report.get("selection")))
+    text, missed = record.rates(found)
+    print("\n".join(text))
+    return 1 if missed else 0

@@ -1,0 +1,6 @@
+"""Test selection by evidence (issue 59): each test's footprint (the files whose code ran for it), the files
+a change touches, and the tests that meet them. Pure logic and the footprint recorder; ``harness run``
+(``--changed-since``, ``--shadow``) and the pytest plugin drive it."""
+
+# harness run -> each phase's pytest: the file that lists what selection leaves out
+SELECTION = "HARNESS_SELECTION"

@@ -1,0 +1,164 @@
+"""Recording which files' code ran: a C profiler (``cProfile``) switched between owners (a module's
+collection, a fixture, a test, a child process), each owner's files read from its code objects once.
+
+Python 3.11 has no ``sys.monitoring``; ``cProfile`` is the profiler written in C (on 3.12+ it is built on
+``sys.monitoring``), so a call costs no Python frame of ours. Only files under the roots (the rootdir, the
+packages the suite names, e.g. ``vllm``) are kept, as ``/``-separated paths relative to their root (a
+package's files as ``vllm/...``, which is where they are in the package's own repository).
+
+A process the test starts records too: ``pytest-gpu-harness.pth`` calls ``child()`` at interpreter start
+when ``DIRECTORY`` is set (a spawned process, ``vllm serve``), and a forked one keeps its parent's profiler
+(``forked``); either writes ``child-<pid>.json`` into ``DIRECTORY`` at its exit, under the test that was
+running (``TEST``), where the session collects it.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+DIRECTORY = "HARNESS_FOOTPRINT_DIR"  # where processes a test starts write their files
+TEST = "HARNESS_FOOTPRINT_TEST"  # the test that was running when the process started
+ROOTS = "HARNESS_FOOTPRINT_ROOTS"  # os.pathsep-separated "name=path" roots (the rootdir is "")
+PACKAGES = ("vllm",)  # default packages whose files count (``[tool.harness.select] packages``)
+PACKAGES_VARIABLE = "HARNESS_FOOTPRINT_PACKAGES"  # harness run's: the suite's packages, comma-separated
+
+
+def roots(rootdir: str | os.PathLike[str], packages: Iterable[str]) -> dict[str, str]:
+    """Root folder -> the prefix its files get: the rootdir's files as they are, a package's under its
+    name. A package not installed is left out (found without importing it)."""
+    from importlib.util import find_spec
+
+    found = {os.path.realpath(rootdir): ""}
+    for name in packages:
+        try:
+            spec = find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            found.setdefault(os.path.realpath(location), name)
+    return found
+
+
+class Paths:
+    """A code object's file -> its name in footprints (None: outside every root), each file once."""
+
+    def __init__(self, roots: Mapping[str, str]):
+        # longest first: a file is named from the nearest root that holds it
+        self.roots = sorted(((r.rstrip(os.sep) + os.sep, p) for r, p in roots.items()), key=_shortest)
+        self.cache: dict[str, str | None] = {}
+
+    def name(self, filename: str) -> str | None:
+        if filename in self.cache:
+            return self.cache[filename]
+        found = None
+        if not filename.startswith("<"):
+            real = os.path.realpath(filename)
+            for root, prefix in self.roots:
+                if real.startswith(root):
+                    rest = real[len(root) :].replace(os.sep, "/")
+                    found = f"{prefix}/{rest}" if prefix else rest
+                    break
+        self.cache[filename] = found
+        return found
+
+    def of(self, stats: Iterable) -> set[str]:
+        """The files of a profiler's entries (builtins have no code object, so no file)."""
+        codes = {entry.code for entry in stats}
+        named = (self.name(code.co_filename) for code in codes if hasattr(code, "co_filename"))
+        return {name for name in named if name is not None}
+
+
+def _shortest(item: tuple[str, str]) -> int:
+    return -len(item[0])
+
+
+class Recorder:
+    """One process's profiler: ``switch(owner)`` files what ran since the last switch under the previous
+    owner and records for the new one (None: records nothing)."""
+
+    def __init__(self, paths: Paths):
+        self.paths = paths
+        self.profile = cProfile.Profile()
+        self.owner: str | None = None
+        self.files: dict[str, set[str]] = {}
+
+    def switch(self, owner: str | None) -> str | None:
+        """Start recording for ``owner``; returns the previous owner."""
+        previous = self.owner
+        if previous is not None:
+            self.profile.disable()
+            self.files.setdefault(previous, set()).update(self.paths.of(self.profile.getstats()))
+            self.profile.clear()
+        self.owner = owner
+        if owner is not None:
+            self.profile.enable(subcalls=False, builtins=False)
+        return previous
+
+    def take(self, owner: str) -> set[str]:
+        """The files recorded for ``owner`` so far, forgotten here."""
+        return self.files.pop(owner, set())
+
+
+_CHILD: Recorder | None = None
+
+
+def child(env: Mapping[str, str] = os.environ) -> None:
+    """In a process a test started (``DIRECTORY`` set): record everything it runs, written at exit."""
+    global _CHILD
+    if _CHILD is not None or not env.get(DIRECTORY) or not env.get(TEST):
+        return
+    _CHILD = Recorder(Paths(dict(_parse(env.get(ROOTS, "")))))
+    _CHILD.switch(env[TEST])
+    _at_exit(env[DIRECTORY])
+
+
+def forked(recorder: Recorder, directory: str) -> None:
+    """In a forked child of a recording process: its profiler goes on, its files are the running test's."""
+    global _CHILD
+    if recorder.owner is None:
+        return
+    recorder.files = {}
+    _CHILD = recorder
+    _at_exit(directory)
+
+
+def _at_exit(directory: str) -> None:
+    import atexit
+
+    atexit.register(_write, directory)
+    if "multiprocessing" in sys.modules:  # a multiprocessing child leaves by os._exit, after its finalizers
+        from multiprocessing import util
+
+        util.Finalize(None, _write, args=(directory,), exitpriority=100)
+
+
+def _write(directory: str) -> None:
+    """The child's files, once (at its finalizers or at exit, whichever comes first)."""
+    global _CHILD
+    recorder, _CHILD = _CHILD, None
+    if recorder is None or recorder.owner is None:
+        return
+    owner = recorder.owner
+    recorder.switch(None)
+    data = {"test": owner, "files": sorted(recorder.files.get(owner, ()))}
+    try:
+        Path(directory, f"child-{os.getpid()}.json").write_text(json.dumps(data))
+    except OSError:  # the run directory is gone (the session ended first): nothing to add to
+        pass
+
+
+def export(roots: Mapping[str, str]) -> str:
+    """``ROOTS``' value for child processes."""
+    return os.pathsep.join(f"{prefix}={root}" for root, prefix in roots.items())
+
+
+def _parse(value: str) -> Iterable[tuple[str, str]]:
+    for part in value.split(os.pathsep):
+        prefix, _, root = part.partition("=")
+        if root:
+            yield root, prefix

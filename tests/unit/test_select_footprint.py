@@ -1,0 +1,178 @@
+"""Footprints (issue 59 item 1): every ``harness run`` records, per test, the files whose code ran for it:
+its module's import and collection, the fixtures it uses, its own phases, and the processes it started
+(spawned through ``pytest-gpu-harness.pth``, or forked); stored in report.json as ``footprints``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.select import profiler, table
+from tests.unit.test_shards import harness_run
+
+ROOT = Path(__file__).resolve().parents[2]
+PTH = ROOT / "pytest-gpu-harness.pth"
+
+PYPROJECT = """
+[tool.harness.suites.tiny]
+paths = ["tests"]
+phases = [{name = "all", workers = "serial"}]
+"""
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+SUITE = {
+    "pyproject.toml": PYPROJECT,
+    "pkg/__init__.py": "",
+    "pkg/imported.py": "VALUE = 1\n",  # module-level code only: runs at the test module's import
+    "pkg/fixture_help.py": "def build():\n    return 2\n",
+    "pkg/called.py": "def call():\n    return 3\n",
+    "pkg/spawned.py": "def run():\n    return 4\n",
+    "pkg/forked.py": "def run():\n    return 5\n",
+    "pkg/unused.py": "def never():\n    return 6\n",
+    "tests/conftest.py": """
+        import pytest
+
+        @pytest.fixture(scope="module")
+        def built():
+            from pkg.fixture_help import build
+            return build()
+        """,
+    "tests/test_one.py": """
+        import pkg.imported
+
+        def test_uses_fixture(built):
+            assert built == 2
+
+        def test_also_uses_fixture(built):  # the module-scoped fixture ran in the first test's setup
+            assert built == 2
+
+        def test_calls():
+            from pkg.called import call
+            assert call() == 3
+        """,
+    "tests/test_two.py": f"""
+        import multiprocessing, os, subprocess, sys
+
+        PTH = {str(PTH)!r}
+
+        def test_spawns():  # as a .pth runs at an interpreter's start
+            code = "exec(open(PTH).read().splitlines()[1]); from pkg.spawned import run; run()"
+            subprocess.run([sys.executable, "-c", "PTH = " + repr(PTH) + "; " + code], check=True)
+
+        def test_forks():
+            from pkg.forked import run
+            process = multiprocessing.get_context("fork").Process(target=run)
+            process.start()
+            process.join()
+            assert process.exitcode == 0
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> dict[str, frozenset[str]]:
+    root = tmp_path_factory.mktemp("footprints")
+    write(root, SUITE)
+    done = harness_run(root, "tiny", "--out", "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    decoded = table.decode(json.loads((root / "out" / "report.json").read_text())["footprints"])
+    assert not isinstance(decoded, str), decoded
+    return decoded[0]
+
+
+def test_a_module_import_counts_for_each_test_of_the_module(recorded):
+    """Old code: no footprints at all."""
+    for test in ("test_uses_fixture", "test_also_uses_fixture", "test_calls"):
+        assert {"pkg/imported.py", "tests/test_one.py"} <= recorded[f"tests/test_one.py::{test}"]
+    assert "pkg/imported.py" not in recorded["tests/test_two.py::test_forks"]
+
+
+def test_a_wider_fixture_counts_for_every_test_that_uses_it(recorded):
+    assert "pkg/fixture_help.py" in recorded["tests/test_one.py::test_uses_fixture"]
+    assert "pkg/fixture_help.py" in recorded["tests/test_one.py::test_also_uses_fixture"]
+    assert "pkg/fixture_help.py" not in recorded["tests/test_one.py::test_calls"]
+    assert "tests/conftest.py" in recorded["tests/test_one.py::test_also_uses_fixture"]
+
+
+def test_a_test_records_what_it_called_and_nothing_unused(recorded):
+    assert "pkg/called.py" in recorded["tests/test_one.py::test_calls"]
+    assert "pkg/called.py" not in recorded["tests/test_one.py::test_uses_fixture"]
+    assert not any("pkg/unused.py" in files for files in recorded.values())
+
+
+def test_spawned_and_forked_processes_count_for_the_test_that_started_them(recorded):
+    assert "pkg/spawned.py" in recorded["tests/test_two.py::test_spawns"]
+    assert "pkg/forked.py" in recorded["tests/test_two.py::test_forks"]
+    assert "pkg/spawned.py" not in recorded["tests/test_two.py::test_forks"]
+
+
+def test_the_pth_line_does_nothing_without_the_variable(tmp_path):
+    """Every interpreter of the environment runs it: outside a recording test it must not start one."""
+    code = f"exec(open({str(PTH)!r}).read().splitlines()[1]); from harness.select import profiler as f; "
+    code += "print(f._CHILD is None)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_FOOTPRINT")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True"
+
+
+def test_paths_name_files_under_their_root_and_nothing_else(tmp_path):
+    package = tmp_path / "site" / "vllm"
+    package.mkdir(parents=True)
+    paths = profiler.Paths({str(tmp_path / "repo"): "", str(package): "vllm"})
+    assert paths.name(str(tmp_path / "repo" / "a b" / "ü.py")) == "a b/ü.py"
+    assert paths.name(str(package / "pooling" / "x.py")) == "vllm/pooling/x.py"
+    assert paths.name(str(tmp_path / "repository" / "x.py")) is None  # a sibling sharing a prefix
+    assert paths.name("<frozen importlib._bootstrap>") is None
+    assert paths.name(sys.__file__ if hasattr(sys, "__file__") else os.__file__) is None
+
+
+names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+
+
+@given(st.dictionaries(names, st.sets(names, max_size=6), max_size=8))
+def test_the_report_shape_keeps_every_test_s_files(tests):
+    encoded = json.loads(json.dumps(table.encode(tests, {})))
+    decoded = table.decode(encoded)
+    assert not isinstance(decoded, str)
+    assert decoded[0] == {test: frozenset(files) for test, files in tests.items()}
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        None,
+        [],
+        {"files": "x", "tests": {}},
+        {"files": ["a"], "tests": {"t": [1]}},
+        {"files": ["a"], "tests": {"t": [True]}},
+    ],
+)
+def test_a_malformed_section_is_a_reason_not_a_crash(section):
+    assert isinstance(table.decode(section), str)
+
+
+def test_an_unreadable_session_file_loses_only_its_own_footprints(tmp_path):
+    folder = tmp_path / "phase" / table.FOLDER
+    folder.mkdir(parents=True)
+    (folder / "gw0-1.json").write_text('{"tests": {"t::a": ["x.py"]}, "markers": {}}')
+    (folder / "gw1-2.json").write_text("{not json")
+    (folder / "child-3.json").write_text('{"test": "t::a", "files": ["y.py"]}')
+    found = table.decode(table.collect([tmp_path / "phase"]))
+    assert not isinstance(found, str)
+    assert found[0] == {"t::a": frozenset({"x.py", "y.py"})}
+    assert table.collect([tmp_path / "nothing"]) is None
