@@ -171,13 +171,13 @@ class Plan:
         }
 
 
-def plan(nodeids: Sequence[str], count: int, seconds: Mapping[str, float], history: History) -> Plan:
-    """The split of ``nodeids`` into ``count`` shards: units that stay together (``history.unit``) weighed
+def plan(nodeids: Sequence[str], count: int, seconds: Mapping[str, float], groups: Groups) -> Plan:
+    """The split of ``nodeids`` into ``count`` shards: units that stay together (``groups.unit``) weighed
     by ``weigh`` and spread by ``assign``; the same whatever the order of ``nodeids``."""
     ordered = list(dict.fromkeys(nodeids))
     units: dict[str, list[str]] = {}
     for nodeid in ordered:
-        units.setdefault(history.unit(nodeid), []).append(nodeid)
+        units.setdefault(groups.unit(nodeid), []).append(nodeid)
     weight = weigh(ordered, seconds)
     # fsum: exactly rounded, so a unit weighs the same whatever order its tests were collected in
     weights = {unit: math.fsum(weight[n] for n in members) for unit, members in units.items()}
@@ -185,7 +185,7 @@ def plan(nodeids: Sequence[str], count: int, seconds: Mapping[str, float], histo
     owner = {unit: i for i, found in enumerate(placed) for unit in found}
     shards: list[list[str]] = [[] for _ in range(count)]
     for nodeid in ordered:
-        shards[owner[history.unit(nodeid)]].append(nodeid)
+        shards[owner[groups.unit(nodeid)]].append(nodeid)
     predicted = [math.fsum(weights[unit] for unit in found) for found in placed]
     if sum(map(len, shards)) != len(ordered) or {n for shard in shards for n in shard} != set(ordered):
         raise RuntimeError("the split lost or doubled a test")  # checked at run time: a bug of ours, exit 4
@@ -208,9 +208,9 @@ def junit_key(nodeid: str) -> str:
     return f"{'.'.join([module, *parts[1:-1]])}::{parts[-1]}"
 
 
-class History:
-    """What a previous run's report.json says about keeping tests together: the files (or package
-    folders) and classes whose wider-scoped fixtures started a runner, and each test's first engine
+class Groups:
+    """The engine groups: what a previous run's report.json says about keeping tests together: the files (or
+    package folders) and classes whose wider-scoped fixtures started a runner, and each test's first engine
     configuration. Without a report nothing is known: then a whole file is one unit."""
 
     def __init__(self, report: dict | None = None):
@@ -245,3 +245,8 @@ class History:
         if nodeid in self.configuration:
             return f"configuration {file} {self.configuration[nodeid]}"
         return f"test {nodeid}"
+
+
+History = (
+    Groups  # the earlier name, still imported by harness.run.selecting: the run's History is report.previous
+)

@@ -103,7 +103,7 @@ def history_step(
     ]  # the base's kept report only: a pull request's own attempt is the test steps' to read first
     generate = shlex.join(
         [*harness.split(), "ci", "buildkite", *argv, "--history", baseline_step.BASELINE_DIR]
-    )
+    ).replace("$", "$$")  # shell-quoted for the agent's shell, and `$$` so the upload leaves a `$` alone
     return {
         "steps": [
             {

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from harness.ci import step_timeouts
 from harness.ci.matrix import Cell, CiSettings
-from harness.report import gpu_free_job
+from harness.report import gpu_free_job, previous
 from harness.report.gpu_free import GPU_PLATFORMS
+from harness.report.previous import History
 
 
 @dataclass(frozen=True)
@@ -28,19 +29,22 @@ class Decided:
 
 def decide(cell: Cell, settings: CiSettings, parallelism: int, history: str | None, bound: int) -> Decided:
     """The cell's timeout from its history's durations (``harness.ci.step_timeouts``; ``bound`` is the
-    most, and the value without a usable history) and its GPU-free move (``moving``)."""
-    kept = Path(history) / f"{cell.suite}-{cell.platform}" if history else None
-    minutes, why = step_timeouts.for_cell(kept, parallelism, bound)
+    most, and the value without a usable history) and its GPU-free move (``moving``). The cell's folder is
+    read once, and only a report of the cell's own suite and platform counts: another suite's report
+    left in the folder is no history of this cell."""
+    kept = str(Path(history) / f"{cell.suite}-{cell.platform}") if history else None
+    found = previous.first_usable(kept, cell.suite, (cell.platform,), what="--history")
+    minutes, why = step_timeouts.for_cell(found, parallelism, bound)
     if history:
         print(f"harness: {cell.key} timeout_in_minutes {minutes}: {why}", file=sys.stderr)
-    return Decided(minutes, moving(cell, settings, kept))
+    return Decided(minutes, moving(cell, settings, found))
 
 
-def moving(cell: Cell, settings: CiSettings, kept: Path | None) -> bool:
+def moving(cell: Cell, settings: CiSettings, history: History) -> bool:
     """Whether a cell's GPU-free tests get a CPU job: ``gpu_free_job`` on, a GPU cell, and its history
     (what the cache restored) listing some; the reason is one line on stderr."""
     if not settings.gpu_free_job or cell.platform not in GPU_PLATFORMS:
         return False
-    moved = gpu_free_job.listed(str(kept) if kept else None, cell.suite, cell.platform)
+    moved = gpu_free_job.listed(history)
     print(f"harness: {cell.key} gpu_free_job: {moved.line}", file=sys.stderr)
     return bool(moved.tests)

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from pathlib import Path
 
 from harness import split
 from harness.ci.matrix import CI_KINDS
 from harness.config.validate import check
-from harness.errors import HarnessError
-from harness.report.store import recorded
+from harness.report.previous import History
 
 PERCENTILE = 95
 FACTOR = 1.5
@@ -50,30 +48,25 @@ def minutes(seconds: Iterable[float], bound: int) -> int:
     return min(bound, max(LEAST_MIN, math.ceil(wanted)))
 
 
-def predicted(history: str | Path, count: int) -> list[float]:
-    """The seconds each of ``count`` shards would take, from a history's recorded test seconds (a report,
-    its run directory), split by whole files as ``harness run`` splits them; read by the one loader (a
-    bad file: one ``ReportError`` line)."""
-    seconds, _, _ = recorded(history)
-    if not seconds:
+def predicted(history: History, count: int) -> list[float]:
+    """The seconds each of ``count`` shards would take, from a history's recorded test seconds: the
+    split ``harness run`` makes (``History.plan``: whole files)."""
+    if not history.seconds:
         return []
-    # harness run's split: whole files (harness.run.shards.decide)
-    return list(split.plan(sorted(seconds), count, seconds, split.History()).predicted)
+    return list(history.plan(sorted(history.seconds), count).predicted)
 
 
-def for_cell(history: str | Path | None, count: int, bound: int) -> tuple[int, str]:
+def for_cell(history: History, count: int, bound: int) -> tuple[int, str]:
     """The cell's timeout and where it came from (for a YAML comment or a log line): the history's
-    predicted shards, or the setting's bound where there is no usable history."""
-    if history is None or not Path(history).exists():
-        return minutes([], bound), f"no history at {history}: the setting's {bound} min"
-    try:
-        shards = predicted(history, count)
-    except HarnessError as error:
-        return minutes([], bound), f"no history: {error}; the setting's {bound} min"
+    predicted shards (a report of the cell's own suite and platform: ``harness.ci.learned``), or the
+    setting's bound where there is no usable history."""
+    if history.note is not None:
+        return minutes([], bound), f"{history.note}; the setting's {bound} min"
+    shards = predicted(history, count)
     found = percentile(shards)
     value = minutes(shards, bound)
     if found is None:
-        return value, f"no recorded durations in {history}: the setting's {bound} min"
+        return value, f"no recorded durations in {history.source}: the setting's {bound} min"
     return value, (
         f"p{PERCENTILE} of {len(shards)} shards' recorded {found:.0f} s x {FACTOR} + {MARGIN_MIN} min "
         f"(at most {bound}): {value} min"

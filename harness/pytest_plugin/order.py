@@ -12,10 +12,13 @@ before a test runs stands in: its own ``parametrize`` values (the arguments a na
 ``vllm_runner(...)``), so within the same bounds tests of the same values run one after another.
 Otherwise the order is pytest's own.
 
-Failures first: a test the history marks ``failed`` runs before the rest, with its group (the tests of
-its configuration among its siblings) and its siblings, so a fixture of a wider scope still sets up once
-and no engine group is split; the first failing signal comes in seconds instead of at the end (PyTorch's
-ordering by previous failures: pytorch #101123). Every shard's session orders its own tests so.
+Failures first: a test the history marks ``failed`` runs before the rest with its whole file (its
+module's engine group: a module-scoped engine and every class of the module, never split), within it its
+run of siblings and its configuration group first, so a fixture of a wider scope still sets up once; the
+first failing signal comes in seconds instead of at the end (PyTorch's ordering by previous failures:
+pytorch #101123). Every shard's session orders its own tests so. In a file it does not move, each class's
+and module's first test stays first, so learned timeouts (``harness.report.previous.History.timeouts``)
+know which tests may pay a wider fixture's start (in a moved file, any may).
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ from typing import TypeVar
 
 import pytest
 
-from harness.config.variables import FAILED
 from harness.errors import HarnessError
 from harness.pytest_plugin import CONFIGURATIONS
+from harness.report.marks import decode
 
 T = TypeVar("T")
 
@@ -54,20 +57,24 @@ def by_configuration(items: list[pytest.Item], configuration: dict[str, str]) ->
         _context,
         lambda item: _configuration(configuration.get(item.nodeid)),
         lambda item: failed(configuration.get(item.nodeid)),
+        _file,
     )
+
+
+def _file(item: pytest.Item) -> str:
+    """A test's engine group, which failures first moves whole: its file (a module-scoped fixture's)."""
+    return item.nodeid.split("::", 1)[0]
 
 
 def _configuration(value: str | None) -> str | None:
     """A history's value without its ``failed`` mark: a test that failed still runs with its configuration
     (one that started none has none: it is not gathered with other failed tests)."""
-    if value is None or value == FAILED:
-        return None
-    return value.removeprefix(f"{FAILED} ")
+    return decode(value).configuration
 
 
 def failed(value: str | None) -> bool:
     """Whether a history's value marks a test that failed in that run."""
-    return value is not None and (value == FAILED or value.startswith(f"{FAILED} "))
+    return decode(value).failed
 
 
 def arranged(
@@ -75,11 +82,14 @@ def arranged(
     context: Callable[[T], Hashable],
     key: Callable[[T], Hashable | None],
     first: Callable[[T], bool],
+    block: Callable[[T], Hashable] | None = None,
 ) -> list[T]:
     """``items`` as runs of siblings (consecutive items of one ``context``), each gathered by ``key``
-    (first appearance first; None: a group of its own); the runs holding a ``first`` item before the rest
-    and, within them, the groups holding one before the others; otherwise the order given. Every item
-    exactly once, every group and every run of siblings whole (checked: a bug here is exit 4)."""
+    (first appearance first; None: a group of its own), the runs as blocks (consecutive runs of one
+    ``block``: an engine group, a file; without ``block`` each run is one); the blocks holding a ``first``
+    item before the rest, within a block the runs holding one first, within a run the groups holding one
+    first; otherwise the order given. Every item exactly once, every group, run of siblings and block
+    whole (checked: a bug here is exit 4)."""
     runs: list[list[T]] = []
     for _, siblings in groupby(items, key=context):
         groups: dict[object, list[T]] = {}
@@ -87,7 +97,15 @@ def arranged(
             found = key(item)
             groups.setdefault(("alone", index) if found is None else ("key", found), []).append(item)
         runs.append([item for group in _first(groups.values(), first) for item in group])
-    ordered = [item for run in _first(runs, first) for item in run]
+    blocks: list[list[list[T]]] = []
+    for _, together in groupby(runs, key=lambda run: object() if block is None else block(run[0])):
+        blocks.append(list(together))
+    ordered = [
+        item
+        for part in _first(blocks, lambda run: any(map(first, run)))
+        for run in _first(part, first)
+        for item in run
+    ]
     if sorted(map(id, ordered)) != sorted(map(id, items)):
         raise RuntimeError("the order lost or doubled a test")  # a bug of ours: exit 4
     return ordered
@@ -164,7 +182,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _runs(items: list[pytest.Item], history: dict[str, str]) -> list[list[pytest.Item]]:
-    """The runs of siblings holding a test that failed in the history (after ``by_configuration``, the
-    first ones)."""
-    runs = [list(run) for _, run in groupby(items, key=_context)]
+    """The engine groups (files) holding a test that failed in the history (after ``by_configuration``,
+    the first ones)."""
+    runs = [list(run) for _, run in groupby(items, key=_file)]
     return [run for run in runs if any(failed(history.get(item.nodeid)) for item in run)]

@@ -2,10 +2,11 @@
 written for pytest-shard (vLLM's Buildkite steps) needs no edit.
 
 After ``-m``/``-k`` and the harness's own order, the selected tests are cut into units that must stay
-together (``harness.split.History``: a file whose module-scoped fixture started a runner, a class, a file's
+together (``harness.split.Groups``: a file whose module-scoped fixture started a runner, a class, a file's
 tests of one engine configuration; a whole file without a report), weighed by recorded seconds
-(``harness.split.weigh``) and spread longest first: ``harness.split.plan``, the split ``harness run``
-makes of its one collection. Every shard computes the same split alone. An empty shard passes and says so.
+(``harness.split.weigh``) and spread longest first: ``harness.report.previous.History.plan``, the split
+``harness run`` makes of its one collection. Every shard computes the same split alone. An empty shard
+passes and says so.
 
 The flags are honoured wherever pytest accepts them: also where the harness is installed but not acting
 (the split is the same; nothing is recorded). A half pair, an id out of range or a count past
@@ -13,8 +14,6 @@ The flags are honoured wherever pytest accepts them: also where the harness is i
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -50,18 +49,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     path = durations_path(config)
     try:
-        if path:  # the one loader of read-back files (its schema's types load only where a file is read)
-            from harness.report.store import recorded  # noqa: PLC0415
+        if path:  # the one previous run, through the one loader (its types load only where a file is read)
+            from harness.report.previous import durations  # noqa: PLC0415
 
-            seconds, source, history = recorded(path)
+            history = durations(path)
         else:
-            seconds, source, history = {}, "none", split.History()
+            from harness.report.previous import History  # noqa: PLC0415
+
+            history = History()
     except HarnessError as error:
         raise pytest.UsageError(str(error)) from None
-    described = f"{source} {Path(path).name}" if path else source
-    made = split.plan([item.nodeid for item in items], shard.count, seconds, history)
-    units = "history" if history.known else "file"
-    record = made.record(shard, {"durations": described, "units": units})
+    made = history.plan([item.nodeid for item in items], shard.count, files=False)
+    units = history.units(files=False)
+    record = made.record(shard, {"durations": history.described, "units": units})
+    described = history.described
     mine = set(record["assigned"])
     kept = [item for item in items if item.nodeid in mine]
     dropped = [item for item in items if item.nodeid not in mine]
@@ -76,14 +77,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     writer = process_context(config).writer
     if writer is not None and getattr(config, "workerinput", {}).get("workerid", "gw0") == "gw0":
         writer.write("shard", **config.stash[SHARD][1], phase=process_context(config).owner.phase)
-
-
-def select(
-    nodeids: list[str], count: int, index: int, seconds: dict[str, float], history: split.History
-) -> tuple[set[str], float]:
-    """Shard ``index`` of ``count``: its node ids and their predicted seconds (``harness.split.plan``)."""
-    made = split.plan(nodeids, count, seconds, history)
-    return set(made.shards[index]), made.predicted[index]
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> str | None:

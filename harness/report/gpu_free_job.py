@@ -4,21 +4,21 @@ The list comes from the cell's history, the same report the GPU step and the CPU
 read one list): the tests its ``gpu_free`` names (no runner, no device memory on the GPU), and the tests
 that passed on the CPU job of that build (its report, kept beside the history as ``gpu-free/report.json``
 by the cell's merge step): a test that moved stays moved while it passes there, and one that failed there
-(a runner start, a device it needed) goes back to the GPU steps. No usable history: nothing moves.
+(a runner start, a device it needed) goes back to the GPU steps (``harness.report.previous`` reads both,
+once). No usable history: nothing moves.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.report.gpu_free import GPU_PLATFORMS
-from harness.report.store import load
+from harness.report.previous import KEPT, History
+
+__all__ = ["KEPT", "MODES", "Moved", "listed", "mode"]
 
 MODES = ("deselect", "only")  # a GPU step's, the CPU job's
-KEPT = "gpu-free"  # the CPU job's report, kept in the history's folder (merge step)
 
 
 @dataclass(frozen=True)
@@ -32,40 +32,19 @@ class Moved:
     line: str
 
 
-def listed(places: str | None, suite: str, platform: str | None) -> Moved:
-    """The GPU-free tests of the first usable history among ``places`` (``:``-separated, as
-    ``HARNESS_HISTORY``). ``platform``: the GPU platform the history must be of (None: any GPU platform,
-    as the CPU job reads its GPU cell's)."""
-    why = []
-    for place in [part for part in (places or "").split(os.pathsep) if part]:
-        try:
-            tests, found = _of(Path(place), suite, platform)
-        except HarnessError as error:
-            why.append(str(error))
-            continue
-        return Moved(tests, place, found, f"{len(tests)} GPU-free tests listed in {place}")
-    reasons = "; ".join(why) or "no history given"
-    return Moved([], None, None, f"nothing moves to the GPU-free job: no history ({reasons})")
-
-
-def _of(place: Path, suite: str, platform: str | None) -> tuple[list[str], str]:
-    report = load(place)
-    found = (report.get("suite"), report["platform"].get("name"))
-    wanted = (platform,) if platform else GPU_PLATFORMS
-    if found[0] != suite or found[1] not in wanted:
-        raise HarnessError(f"{place} is of suite {found[0]!r} on {found[1]!r}, not {suite!r} on a GPU")
-    section = report.get("gpu_free")
-    tests = {each["nodeid"] for each in (section["tests"] if section else [])}
-    kept = (place if place.is_dir() else place.parent) / KEPT
-    if (kept / "report.json").is_file():
-        try:
-            cpu = load(kept)
-        except HarnessError:
-            cpu = None  # a broken copy: the GPU's own judgement stands
-        if cpu is not None and cpu.get("suite") == suite:
-            tests |= {t["nodeid"] for t in cpu["tests"] if t["outcome"] == "passed"}
-            tests -= {t["nodeid"] for t in cpu["tests"] if t["outcome"] in ("failed", "error")}
-    return sorted(tests), str(found[1])
+def listed(history: History | None) -> Moved:
+    """The GPU-free tests of the run's history (``harness.report.previous.first_usable`` picked it, of the
+    suite and a platform the run accepts); nothing moves without a usable history of a GPU platform."""
+    if history is None or history.note is not None:
+        why = history.note.removeprefix("no history: ") if history and history.note else "no history given"
+        return Moved([], None, None, f"nothing moves to the GPU-free job: no history ({why})")
+    if history.platform not in GPU_PLATFORMS:
+        why = f"{history.source} is of {history.platform!r}, not a GPU platform"
+        return Moved([], None, None, f"nothing moves to the GPU-free job: no history ({why})")
+    tests = list(history.gpu_free)
+    return Moved(
+        tests, history.source, history.platform, f"{len(tests)} GPU-free tests listed in {history.source}"
+    )
 
 
 def mode(given: str | None) -> str | None:

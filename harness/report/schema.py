@@ -39,6 +39,7 @@ __all__ = [
     "GpuFreeTests",
     "Finding",
     "Phase",
+    "HistoryRecord",
     "PhasesFile",
     "PlatformInfo",
     "Record",
@@ -86,6 +87,15 @@ class Phase(TypedDict, total=False):
     reported: Count
 
 
+class HistoryRecord(TypedDict, total=False):
+    """What a run records of its ``--history`` (``harness.report.previous.History.record``): the place it
+    was read from and the tests that failed there, or a note saying why there was none."""
+
+    source: Required[str | None]
+    failed: list[str]
+    note: str
+
+
 class PhasesFile(TypedDict, total=False):
     """``phases.json``: what ``harness run`` knows of a run, rewritten after each phase."""
 
@@ -96,7 +106,7 @@ class PhasesFile(TypedDict, total=False):
     started: Epoch | None
     baseline: str | None  # --baseline: the base branch's report the summary compares with
     split: dict | None  # --shard: the split's index, count, predicted seconds and source
-    history: dict[str, Any] | None  # --history: its source and the tests that failed there, or why none
+    history: HistoryRecord | None  # --history: its source and the tests that failed there, or why none
     selection: dict[str, Any] | None  # --changed-since: what selection ran and skipped (harness.select)
     phases: Required[list[Phase]]
 
@@ -246,7 +256,7 @@ class Report(TypedDict):
     reruns: NotRequired[list[Rerun]]  # its rerun events: tries of a test run again, and why
     splits: NotRequired[list[dict[str, Any]]]  # its shard events, each with the seconds its tests took
     accounting: NotRequired[dict[str, Any]]  # harness merge's proof of its shards' tests (report.union)
-    history: NotRequired[dict[str, Any] | None]  # phases.json's: the run's history, or why it had none
+    history: NotRequired[HistoryRecord | None]  # phases.json's: the run's history, or why it had none
     selection: NotRequired[dict[str, Any] | None]  # --changed-since: selected, skipped, false greens
     footprints: NotRequired[dict[str, Any]]  # each test's files whose code ran (harness.select.table)
     starts: Starts

@@ -28,7 +28,6 @@ from harness.errors import ConfigError, InfrastructureError, ReportError
 from harness.ledger.check import LONGEST
 from harness.ledger.records import seconds as test_seconds
 from harness.report.schema import ABSENT, VERSION, Configurations, Durations, PhasesFile, Report
-from harness.split import History
 
 MAX_BYTES = 256 * 2**20  # a report or phases file larger than this is not one the harness wrote
 MAX_DEPTH = 32  # JSON nesting: a report's deepest field (a runner's config) is far shallower
@@ -131,8 +130,8 @@ def checked(path: Path, value: Any, kind: Any, what: str) -> Any:
     return value
 
 
-def recorded(path: str | Path) -> tuple[dict[str, float], str, History]:
-    """Seconds per test from what CI keeps, what it was, and (from a report.json) the report's ``History``:
+def recorded(path: str | Path) -> tuple[dict[str, float], str, Report | None]:
+    """Seconds per test from what CI keeps, what it was, and (from a report.json) the report itself:
     a report.json or the run directory holding one, a JUnit XML file (keyed ``classname::name``, as
     ``harness.split.junit_key`` makes them), or pytest-split's ``.test_durations`` (node id → seconds).
     One read; a file that is none of them, or one of them with a bad field, is one ``ReportError`` line."""
@@ -141,16 +140,16 @@ def recorded(path: str | Path) -> tuple[dict[str, float], str, History]:
         where = _in_directory(where)
     text = _text(where, "durations")
     if text.lstrip().startswith("<"):
-        return _junit(where, text), "junit", History()
+        return _junit(where, text), "junit", None
     data = _parsed(where, text, "durations")
     if isinstance(data, dict) and "version" in data:
         report = _report(where, data)
         seconds = {t["nodeid"]: test_seconds(t) for t in report["tests"]}
-        return seconds, "report", History(cast(dict, report))
+        return seconds, "report", report
     durations = checked(
         where, data, Durations, "durations file (a report.json, JUnit XML or pytest-split's .test_durations)"
     )
-    return {str(k): float(v) for k, v in durations.items()}, "test_durations", History()
+    return {str(k): float(v) for k, v in durations.items()}, "test_durations", None
 
 
 def _junit(path: Path, text: str) -> dict[str, float]:

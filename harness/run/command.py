@@ -29,11 +29,9 @@ from harness.config.settings import Settings, ci_deadline, load_settings
 from harness.config.suites import Suite, check_paths, load_suite, run_dir
 from harness.config.variables import (
     COMPILE_CACHE,
-    CONFIGURATIONS,
     GPU_FREE,
     GPU_FREE_TESTS,
     SWITCH,
-    TEST_TIMEOUTS,
 )
 from harness.errors import HarnessError
 from harness.ledger.redaction import Redactor
@@ -43,8 +41,9 @@ from harness.report import baseline as before_after
 from harness.report import gpu_free_job
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS
+from harness.report.previous import History
 from harness.report.schema import Report
-from harness.report.store import load, write_atomic
+from harness.report.store import write_atomic
 from harness.report.union import account_shard, line
 from harness.run import directory, kept_cache, selecting
 from harness.run import history as past
@@ -52,7 +51,7 @@ from harness.run.exits import phase_exit, run_exit
 from harness.run.process import Stopped, ignore_stop_signals, phase_timeout, stop_signals
 from harness.run.resume import run_resuming
 from harness.run.selection import claimed, members
-from harness.run.shards import arguments_file, configurations_from, decide, flags, parse_shard
+from harness.run.shards import arguments_file, decide, flags, parse_shard, weights
 from harness.select.profiler import PACKAGES_VARIABLE
 from harness.split import Shard
 
@@ -82,22 +81,15 @@ def main(args) -> int:
     if shard and flagged and shard != flagged:
         raise HarnessError(f"--shard {shard} and --num-shards/--shard-id {flagged} ask for different shards")
     shard = shard or flagged
-    # CI reaches pytest through `nox -s X -- args`, so the history can also come from the environment.
-    history = args.durations_from or env.get("HARNESS_DURATIONS_FROM")
-    configurations = configurations_from(history) if history else None  # named by the user: strict
-    remembered = None  # --history / HARNESS_HISTORY: what CI restored, if it could; else one summary line
-    if not history and (args.history or env.get(past.VARIABLE)):
-        history = args.history or env.get(past.VARIABLE)
-        configurations, remembered = past.read(history, suite.name, platform)
-        history = remembered["source"] if configurations is not None else None  # the one used
-
+    mode = gpu_free_job.mode(getattr(args, "gpu_free", None) or env.get(GPU_FREE))
+    # the previous run, read once; CI reaches pytest through `nox -s X -- args`, so also from the environment
+    given_history = past.choose(args, env, durations, suite.name, platform, mode)
     if env.get(COMPILE_CACHE):  # CI's kept compile cache: engines start from the graphs it holds
         variables, line = kept_cache.kept(Path(env[COMPILE_CACHE]), platform, env)
         env.update(variables)
         print(f"harness: {line}", file=sys.stderr)
     where = (shard.index, shard.count) if shard else None
-    mode = gpu_free_job.mode(getattr(args, "gpu_free", None) or env.get(GPU_FREE))
-    moved = _moved(mode, args, env, suite.name, platform)
+    moved = _moved(mode, given_history.history, platform)
     if moved is not None and not moved.tests and mode == "only":
         return 0  # the CPU job with nothing listed: nothing to run (said on stderr)
     out = Path(args.out or run_dir(directory.segment("suite", suite.name), platform, where))
@@ -107,21 +99,16 @@ def main(args) -> int:
     with directory.locked(out) as lock, stop_signals():
         try:
             directory.clear(out)
-            if configurations is not None:  # the plugin orders tests by the configurations they started
-                write_atomic(out / "configurations.json", json.dumps(configurations, indent=1) + "\n")
-                env[CONFIGURATIONS] = str((out / "configurations.json").resolve())
+            past.configurations(given_history.history, out, env)  # the plugin orders tests by them
             if moved is not None and moved.tests:  # the plugin deselects them, or keeps only them
                 listing = {"mode": mode, "source": moved.source, "tests": moved.tests}
                 write_atomic(out / "gpu-free.json", json.dumps(listing, indent=1) + "\n")
                 env[GPU_FREE_TESTS] = str((out / "gpu-free.json").resolve())
-            if args.timeouts_from_history and history:  # each test's timeout from its recorded seconds
-                timeouts = past.test_timeouts(load(history), settings.test_timeout_s)
-                write_atomic(out / "test-timeouts.json", json.dumps(timeouts, indent=1) + "\n")
-                env[TEST_TIMEOUTS] = str((out / "test-timeouts.json").resolve())
             run = _Run(out, {}, {}, extra, env, settings, Console(), ci_deadline(env), lock)
             run.baseline = args.baseline or settings.baseline
-            run.durations = history or durations
-            run.history = remembered
+            run.previous, run.weights = given_history.history, given_history.weights
+            run.history = given_history.record
+            run.learned = bool(args.timeouts_from_history)
             if args.changed_since:  # --changed-since REF [--shadow]: decided after the run's one collection
                 run.changed = (args.changed_since, args.shadow, args.history or env.get(past.VARIABLE))
                 run.table = read_table(pyproject)
@@ -130,16 +117,14 @@ def main(args) -> int:
             return 128 + stopped.signum
 
 
-def _moved(mode: str | None, args, env: dict, suite: str, platform: str) -> gpu_free_job.Moved | None:
+def _moved(mode: str | None, history: History | None, platform: str) -> gpu_free_job.Moved | None:
     """``--gpu-free`` / ``HARNESS_GPU_FREE`` (``mode``; the generated CI's, ``gpu_free_job``): the GPU-free
     tests the history lists, which a GPU step leaves out and the CPU job runs alone; None when not asked."""
     if mode is None:
         return None
     if mode == "only" and platform != "cpu":
         raise HarnessError(f"{GPU_FREE}=only runs the GPU-free tests on the CPU: use --platform cpu")
-    moved = gpu_free_job.listed(
-        args.history or env.get(past.VARIABLE), suite, None if mode == "only" else platform
-    )
+    moved = gpu_free_job.listed(history)
     verb = "run here, on the CPU" if mode == "only" else "left to the CPU job"
     print(f"harness: {moved.line}" + (f": {verb}" if moved.tests else ""), file=sys.stderr)
     return moved
@@ -175,7 +160,9 @@ class _Run:
     earlier: dict[str, list[str]] = field(default_factory=dict)  # ... that an earlier phase takes
     baseline: str | None = None  # the base branch's report: the summary opens with before -> after
     split: dict | None = None  # a shard's record of the run's one split (harness.split.Plan.record)
-    durations: str | None = None  # --durations-from: what the split weighs files by
+    previous: History | None = None  # the previous run, read once (harness.run.history)
+    weights: History | None = None  # what the split weighs by: it, or --harness-durations beside it
+    learned: bool = False  # --timeouts-from-history: each recorded test's timeout from its place's cost
     rootdir: Path | None = None  # pytest's, from the run's collection: node ids are relative to it
     broken: bool = False  # a shard whose collection failed: its phases only collect, to show why
     history: dict | None = None  # --history: its source and the tests that failed there, or why none
@@ -219,6 +206,9 @@ def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
         _write(out, meta)
     if shard:
         _split(run, suite, shard, chosen)
+    if run.learned:  # computed with the order the phases' pytest will give (the collection's)
+        collected = None if run.found is None else list(run.found.values())
+        past.timeouts(run.previous, settings.test_timeout_s, collected, out, env)
     stopped = None
     try:
         for number, phase in enumerate(suite.phases, 1):
@@ -287,7 +277,7 @@ def _split(run: _Run, suite: Suite, shard: Shard, chosen: dict) -> None:
     earlier = {name: set(run.earlier.get(name, [])) for name in order}
     own = {name: [n for n in run.found.get(name, []) if n not in earlier[name]] for name in order}
     run.rootdir = Path(chosen["rootdir"]) if chosen.get("rootdir") else None
-    run.selected, run.split = decide(shard, own, run.durations, run.rootdir)
+    run.selected, run.split = decide(shard, own, weights(run.weights, run.rootdir))
     run.meta["split"] = run.split
     _write(run.out, run.meta)
 

@@ -1,77 +1,91 @@
-"""A previous run as ``harness run``'s history (``--history`` / ``HARNESS_HISTORY``; CI hands over the base
-branch's last report, or a pull request's own previous attempt): its durations weigh the split, its
-configurations and failures order the tests (``HARNESS_CONFIGURATIONS``). A history that is missing,
-unreadable, of another format, suite or platform is one line in the summary (``no history: ...``) and the
-run goes on without it: a first build has none. ``--durations-from`` stays strict: a file the user named
-that cannot be read is bad input.
+"""The previous run a ``harness run`` uses, read once (``harness.report.previous.History``) and handed to
+every phase's pytest as the files it reads: ``configurations.json`` (``HARNESS_CONFIGURATIONS``: the order,
+failures first), ``test-timeouts.json`` (``HARNESS_TEST_TIMEOUTS``) and the GPU-free list.
+
+It is named by one of ``--history`` / ``HARNESS_HISTORY`` (CI hands over the base branch's last report, or
+a pull request's own previous attempt: one that is missing, unreadable, of another format, suite or
+platform is one line in the summary, ``no history: ...``, and the run goes on without it) or
+``--durations-from`` / ``HARNESS_DURATIONS_FROM`` (a file the user named: strict, bad input when it cannot
+be read). Both name the run that orders and weighs this one, so both together are refused in one line;
+pytest-shard's ``--harness-durations`` after ``--`` weighs the split only, so beside ``--history`` both
+are honoured, and beside ``--durations-from`` (two weights for one split) it is refused.
 """
 
 from __future__ import annotations
 
-import math
-import os
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config.variables import FAILED, HISTORY
+from harness.config import options
+from harness.config.variables import CONFIGURATIONS, HISTORY, TEST_TIMEOUTS
 from harness.errors import HarnessError
-from harness.ledger.records import seconds
-from harness.report.schema import Report
-from harness.report.store import load
-from harness.run.shards import configurations_from
+from harness.report import previous
+from harness.report.gpu_free import GPU_PLATFORMS
+from harness.report.previous import History
+from harness.report.store import write_atomic
 
 VARIABLE = HISTORY
-FACTOR = 1.5  # per-test timeouts: recorded seconds x FACTOR + MARGIN_S, at least LEAST_S, at most the setting
-MARGIN_S = 60.0
-LEAST_S = 60.0
+DURATIONS = options.DURATIONS_FROM.variable
 
 
-def read(given: str | None, suite: str, platform: str) -> tuple[dict[str, str] | None, dict]:
-    """The history's configurations file contents (None without a usable history) and what phases.json
-    records of it: ``{"source", "failed"}`` (the tests that failed there), or ``{"source", "note"}``
-    saying why there is none. ``given`` may name several places separated by ``:`` (CI: a pull request's
-    own previous attempt, then the base branch's last report); the first usable one is the history."""
-    if not given:
-        return None, {"source": None, "note": f"no history: none given (--history or {VARIABLE})"}
-    why = []
-    for path in [part for part in given.split(os.pathsep) if part]:
-        try:
-            configurations = _one(path, suite, platform)
-        except HarnessError as error:
-            why.append(str(error))
-            continue
-        failed = sorted(
-            t for t, value in configurations.items() if value == FAILED or value.startswith(f"{FAILED} ")
-        )
-        return configurations, {"source": path, "failed": failed}
-    return None, {"source": given, "note": f"no history: {'; '.join(why) or repr(given)}"}
+@dataclass(frozen=True)
+class Given:
+    """The run's previous run (``history``; None: none named), what its split weighs by (``weights``), and
+    what phases.json records of a ``--history`` (``record``)."""
+
+    history: History | None
+    weights: History | None
+    record: dict | None
 
 
-def _one(path: str, suite: str, platform: str) -> dict[str, str]:
-    report = load(Path(path))
-    found = (report.get("suite"), report["platform"].get("name"))
-    if found != (suite, platform):
+def choose(
+    args, env: Mapping[str, str], durations: str | None, suite: str, platform: str, mode: str | None
+) -> Given:
+    """The previous run the flags and variables name, each file read once (see the module for the rules);
+    ``mode``: the run's GPU-free mode (``only``: the CPU job reads its GPU cell's history)."""
+    named = {
+        f"--durations-from (or {DURATIONS})": options.value(options.DURATIONS_FROM, args.durations_from, env),
+        f"--history (or {VARIABLE})": options.value(options.HISTORY_OPTION, args.history, env),
+        "--harness-durations after --": durations,
+    }
+    given = [(flag, value) for flag, value in named.items() if value]
+    both = {f"--history (or {VARIABLE})", "--harness-durations after --"}  # the rest, and the split's weights
+    if len(given) > 1 and {flag for flag, _ in given} != both:
+        (first, one), (second, other) = given[:2]
         raise HarnessError(
-            f"{path} is of suite {found[0]!r} on {found[1]!r}, this run is {suite!r} on {platform!r}"
+            f"{first} {one!r} and {second} {other!r} both name the run this one is weighed by: give one"
         )
-    return configurations_from(path)
+    strict = named[f"--durations-from (or {DURATIONS})"]
+    if strict:  # named by the user: strict
+        found = previous.read(strict)
+        return Given(found, found, None)
+    weighs = previous.durations(durations) if durations else None
+    places = named[f"--history (or {VARIABLE})"]
+    if places is None:
+        return Given(None, weighs, None)
+    platforms = GPU_PLATFORMS if mode == "only" else (platform,)
+    found = previous.first_usable(places, suite, platforms, what=f"--history or {VARIABLE}")
+    return Given(found, weighs or found, found.record())
 
 
-def test_timeouts(report: Report, bound: float) -> dict[str, float]:
-    """Per-test timeouts from a history's recorded seconds (setup, call and teardown, as pytest-timeout
-    times them) of the tests that ran there (passed or failed; a skipped test's 0 s says nothing):
-    ``FACTOR`` x seconds + ``MARGIN_S``, rounded up, at least ``LEAST_S``, never past ``bound`` (the
-    setting's ``test_timeout_s``); a record that is not a finite, non-negative number gets the bound."""
-    found: dict[str, float] = {}
-    for test in report["tests"]:
-        if test["outcome"] not in ("passed", "failed"):
-            continue
-        took = seconds(test)
-        found[test["nodeid"]] = timeout_s(took, bound)
-    return found
+def configurations(history: History | None, out: Path, env: dict) -> None:
+    """``configurations.json`` for the phases' order and safety net, where the history has any."""
+    if history is None or history.note is not None:
+        return
+    path = out / "configurations.json"
+    write_atomic(path, json.dumps(dict(history.configurations), indent=1) + "\n")
+    env[CONFIGURATIONS] = str(path.resolve())
 
 
-def timeout_s(took: float, bound: float) -> float:
-    """One test's timeout from its recorded seconds (``test_timeouts``' rule)."""
-    if not (isinstance(took, int | float) and math.isfinite(took) and took >= 0):
-        return float(bound)
-    return float(min(bound, max(LEAST_S, math.ceil(min(took, 1e9) * FACTOR + MARGIN_S))))
+def timeouts(
+    history: History | None, bound: float, collected: Iterable[Sequence[str]] | None, out: Path, env: dict
+) -> None:
+    """``test-timeouts.json``: each recorded test's learned timeout, from what its place in this run's
+    order can cost it (``History.timeouts``; ``collected``: each phase's node ids in their order)."""
+    if history is None or history.note is not None:
+        return
+    path = out / "test-timeouts.json"
+    write_atomic(path, json.dumps(history.timeouts(bound, collected), indent=1) + "\n")
+    env[TEST_TIMEOUTS] = str(path.resolve())

@@ -4,8 +4,9 @@
 The split is made once, from the node ids pytest itself collected for the run (its ``python_files``,
 ``testpaths``, rootdir, ``-m``/``-k``; ``harness.run.selection``), each test counted in the first phase
 that selects it; whole files are the units (a file's shared engine starts in one job only), weighed by
-recorded seconds (``harness.split.weigh``). Every job of a build computes the same split alone: it depends
-on the node ids and the durations only, never on order, ``PYTHONHASHSEED`` or the checkout's location.
+recorded seconds (``harness.report.previous.History.plan``). Every job of a build computes the same split
+alone: it depends on the node ids and the durations only, never on order, ``PYTHONHASHSEED`` or the
+checkout's location.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness import split
-from harness.config.variables import FAILED, SENSITIVE
-from harness.errors import HarnessError, ReportError
-from harness.report.store import load, recorded, write_atomic
+from harness.errors import HarnessError
+from harness.report import previous
+from harness.report.previous import History
+from harness.report.store import write_atomic
 from harness.run.resume import _arguments
 from harness.split import Shard
 
@@ -74,63 +76,28 @@ def flags(extra: list[str]) -> tuple[Shard | None, str | None, list[str]]:
     return split.from_flags(values["--num-shards"], values["--shard-id"]), found.get(DURATIONS) or None, kept
 
 
-def decide(
-    shard: Shard, own: Mapping[str, list[str]], durations: str | None, rootdir: Path | None
-) -> tuple[dict[str, list[str]], dict]:
+def decide(shard: Shard, own: Mapping[str, list[str]], history: History) -> tuple[dict[str, list[str]], dict]:
     """The run's one split: per phase, this shard's node ids (of ``own``, each phase's tests that no
-    earlier phase selects), and what the shard records of it (``harness.split.Plan.record``). Units are
-    whole files; ``durations`` (a report.json or run directory, JUnit XML or ``.test_durations``) weigh them,
-    else pytest-split's ``.test_durations`` in the rootdir if there is one."""
-    path = durations or _test_durations(rootdir)
-    seconds, source, _ = recorded(path) if path else ({}, "none", None)
-    described = f"{source} {Path(path).name}" if path else source
+    earlier phase selects), and what the shard records of it (``harness.split.Plan.record``): the
+    ``history``'s plan (``harness.report.previous.History.plan``), the one the CI generator predicts."""
     selection = [nodeid for tests in own.values() for nodeid in tests]
-    made = split.plan(selection, shard.count, seconds, split.History())
-    record = {**made.record(shard, {"durations": described, "units": "file"}), "source": described}
+    made = history.plan(selection, shard.count)
+    units = history.units()
+    record = {
+        **made.record(shard, {"durations": history.described, "units": units}),
+        "source": history.described,
+    }
     mine = set(record["assigned"])
     return {phase: [n for n in tests if n in mine] for phase, tests in own.items()}, record
 
 
-def _test_durations(rootdir: Path | None) -> str | None:
+def weights(history: History | None, rootdir: Path | None) -> History:
+    """What the split weighs by: the run's history, else pytest-split's ``.test_durations`` in the rootdir
+    (read by the one loader), else nothing (whole files by count)."""
+    if history is not None and history.note is None:
+        return history
     found = rootdir / ".test_durations" if rootdir else None
-    return str(found) if found is not None and found.is_file() else None
-
-
-def configurations_from(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Node id → fingerprint of the first vLLM configuration the test itself started or was handed warm,
-    or ``reuse-sensitive`` for a test that failed on a handed-on engine and passed on fresh ones, or
-    ``failed`` (before its fingerprint, if any) for a test that failed there (the reuse safety net does not
-    run it again).
-
-    Starts made by a wider-scoped fixture are left out: ordering tests cannot move those.
-    """
-    report = load(Path(path))
-    try:
-        owned = [
-            (event.get("start", event.get("t")), event["test"], event["fingerprint"])
-            for event in [*report["records"], *report.get("reuses", [])]
-            if event.get("kind") == "vllm" and event.get("test") and event.get("scope") in (None, "function")
-        ]
-    except (KeyError, TypeError, AttributeError) as error:
-        raise ReportError(f"{path}: a runner record lacks a usable test or fingerprint ({error!r})") from None
-    for when, test, key in owned:
-        if not (isinstance(when, int | float) and not isinstance(when, bool) and isinstance(key, str)):
-            raise ReportError(
-                f"{path}: a runner record of {str(test)[:80]!r} has start {str(when)[:40]!r} "
-                f"and fingerprint {str(key)[:40]!r}: expected a time and a text"
-            )
-    first: dict[str, str] = {}
-    for _, test, key in sorted(owned, key=lambda entry: entry[0] or 0.0):
-        first.setdefault(test, key)
-    for finding in report.get("findings", []):  # failed on a handed-on engine: fresh engines next time
-        test = finding.get("test") if isinstance(finding, dict) else None
-        if isinstance(test, str) and finding.get("type") == SENSITIVE:
-            first[test] = SENSITIVE
-    for result in report.get("tests", []):  # failed there: a failure on a handed-on engine is its own
-        test = result.get("nodeid") if isinstance(result, dict) else None
-        if isinstance(test, str) and result.get("outcome") in ("failed", "error"):
-            first[test] = f"{FAILED} {first[test]}" if test in first else FAILED
-    return first
+    return previous.durations(found) if found is not None and found.is_file() else History()
 
 
 def arguments_file(

@@ -21,6 +21,8 @@ from harness.cli import _parser
 from harness.config.settings import CI_DEADLINE, ci_deadline
 from harness.config.validate import check
 from harness.report import gpu_free_job
+from harness.report.gpu_free import GPU_PLATFORMS
+from harness.report.previous import first_usable
 from harness.report.store import load
 from tests.unit.actions_expressions import evaluate, to_string
 from tests.unit.test_ci_buildkite import generate, harness, project
@@ -73,7 +75,7 @@ def test_each_jobs_timeout_comes_from_its_cells_recorded_durations(tmp_path, his
         "cuda": 90,
     }
     assert minutes["cpu"] == 25
-    assert "cuda-pooling timeout_in_minutes 90: no history at harness-baseline/pooling-cuda" in stderr
+    assert "cuda-pooling timeout_in_minutes 90: no history: harness-baseline/pooling-cuda: no such" in stderr
     # one rule for both CI systems: Buildkite's step of the same cell, as one job, writes the same minutes
     pipeline = generate(root, "--history", "harness-baseline", "--parallelism", "1")
     steps = {step["key"]: step for step in pipeline["steps"]}
@@ -183,8 +185,9 @@ def test_what_the_rows_carry_parses_back_through_the_harnesss_own_readers(tmp_pa
         assert gpu_free_job.mode(mode) == (mode or None)
         if mode:
             assert _parser().parse_args(["run", "pooling", "--gpu-free", mode]).gpu_free == mode
-            gpu = None if mode == "only" else row["platform"]
-            listed.append(gpu_free_job.listed(env["HARNESS_HISTORY"], "pooling", gpu).tests)
+            gpu = GPU_PLATFORMS if mode == "only" else (row["platform"],)
+            found = first_usable(env["HARNESS_HISTORY"], "pooling", gpu, what="--history")
+            listed.append(gpu_free_job.listed(found).tests)
         restores = [s for s in job["steps"] if "(history)" in s.get("name", "")]
         paths = {evaluate(s["with"]["path"], {"matrix": row}) for s in restores}
         assert paths == set(env["HARNESS_HISTORY"].split(":"))  # what the job restores is what it reads

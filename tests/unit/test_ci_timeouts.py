@@ -10,6 +10,7 @@ import math
 import shutil
 from pathlib import Path
 
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,8 @@ from harness.ci.matrix import CI_KINDS, MOST_MINUTES
 from harness.ci.step_timeouts import FACTOR, LEAST_MIN, MARGIN_MIN, minutes, percentile, predicted
 from harness.config.validate import check
 from harness.report.build import near_timeout
-from tests.unit.test_ci_buildkite import cell_steps, generate, project
+from harness.report.previous import read
+from tests.unit.test_ci_buildkite import cell_steps, generate, harness, project
 
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = st.one_of(
@@ -63,7 +65,7 @@ def test_the_step_timeout_comes_from_the_historys_durations(tmp_path):
     kept = tmp_path / "harness-baseline" / "pooling-cpu"
     kept.mkdir(parents=True)
     (kept / "report.json").write_text(json.dumps(report))
-    assert predicted(kept, 2) == [120.0, 60.0]
+    assert predicted(read(kept), 2) == [120.0, 60.0]
     pipeline = generate(tree, "--platforms", "cpu", "--suites", "pooling", "--history", "harness-baseline")
     (step,) = cell_steps(pipeline)
     assert step["timeout_in_minutes"] == math.ceil(120 * FACTOR / 60 + MARGIN_MIN) == 23
@@ -74,6 +76,38 @@ def test_the_step_timeout_comes_from_the_historys_durations(tmp_path):
         generate(tree, "--platforms", "cpu", "--suites", "pooling", "--history", "harness-baseline")
     )
     assert step["timeout_in_minutes"] == 90
+
+
+def test_another_suites_report_in_a_cells_history_folder_sets_no_timeout(tmp_path):
+    """Old code: any report in ``harness-baseline/pooling-cpu`` set the cell's timeout (21 minutes where
+    the setting says 180); only a report of the cell's own suite and platform is its history."""
+    tree = project(tmp_path, "[tool.harness.ci]\ntimeout_in_minutes = 180\nprebuilt_image = true\n")
+    report = json.loads((ROOT / "docs" / "runs" / "pooling-cpu.json").read_text())
+    base = {**report["tests"][0], "setup_s": 0.0, "teardown_s": 0.0}
+    report["tests"] = [{**base, "nodeid": "tests/models/other/test_a.py::test_1", "call_s": 30.0}]
+    kept = tmp_path / "harness-baseline" / "pooling-cpu"
+    kept.mkdir(parents=True)
+    for suite, platform in (("other", "cpu"), ("pooling", "cuda")):
+        report = {**report, "suite": suite, "platform": {**report["platform"], "name": platform}}
+        (kept / "report.json").write_text(json.dumps(report))
+        args = ["--platforms", "cpu", "--suites", "pooling", "--history", "harness-baseline"]
+        done = harness(tree, "ci", "buildkite", *args)
+        (step,) = cell_steps(yaml.safe_load(done.stdout))
+        assert step["timeout_in_minutes"] == 180, (suite, platform)
+        assert f"is of suite {suite!r} on {platform!r}, this run is 'pooling' on 'cpu'" in done.stderr
+
+
+def test_a_dollar_in_a_path_given_to_the_history_step_reaches_the_command_as_given(tmp_path):
+    """Old code: ``--ci-settings 'ci$HOME.toml'`` was written as it is, and Buildkite's upload replaced
+    ``$HOME``: the step read another file."""
+    from harness.ci.buildkite import history_step
+    from harness.ci.matrix import load
+    from tests.unit.test_ci_buildkite import interpolate
+
+    settings, suites = load(ci_from=None)
+    made = history_step([], settings, ["--ci-settings", "ci$HOME.toml"], {})
+    (command,) = [c for c in made["steps"][0]["commands"] if "pipeline upload" in c]
+    assert "'ci$HOME.toml'" in interpolate(command)
 
 
 def test_a_test_past_80_percent_of_its_timeout_is_a_finding():

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.report import gpu_free, gpu_free_job
+from harness.report.gpu_free import GPU_PLATFORMS
+from harness.report.previous import first_usable
 from harness.report.store import load
 from tests.unit.test_ci_baseline import MAIN_BUILD
 from tests.unit.test_ci_buildkite import generate, harness, project, validate
@@ -93,8 +95,10 @@ def test_what_the_steps_carry_parses_back_to_the_list_the_pipeline_was_made_from
         assert gpu_free_job.mode(mode) == mode
         assert build_parser().parse_args(["run", "pooling", "--gpu-free", mode]).gpu_free == mode
     os.chdir(tmp_path)  # the steps' places are relative to the checkout
-    gpu = gpu_free_job.listed(test["env"]["HARNESS_HISTORY"], "pooling", "cuda")
-    alone = gpu_free_job.listed(cpu["env"]["HARNESS_HISTORY"], "pooling", None)
+    gpu = gpu_free_job.listed(first_usable(test["env"]["HARNESS_HISTORY"], "pooling", ("cuda",), what="h"))
+    alone = gpu_free_job.listed(
+        first_usable(cpu["env"]["HARNESS_HISTORY"], "pooling", GPU_PLATFORMS, what="h")
+    )
     assert gpu.tests == alone.tests == sorted(t["nodeid"] for t in history["gpu_free"]["tests"])
     assert alone.platform == "cuda" and alone.source == "harness-baseline/pooling-cuda"
 
@@ -112,7 +116,8 @@ def test_a_test_that_passed_on_the_cpu_job_stays_moved_and_one_that_failed_goes_
         if t["nodeid"] in listed
     ]
     keep(folder / "gpu-free", cpu)
-    assert gpu_free_job.listed(str(folder), "pooling", "cuda").tests == sorted(listed[1:])
+    found = first_usable(str(folder), "pooling", ("cuda",), what="--history")
+    assert gpu_free_job.listed(found).tests == sorted(listed[1:])
 
 
 TESTS = """

@@ -136,15 +136,15 @@ def test_the_summary_lines_without_history_and_without_failures():
 def test_of_several_places_the_first_usable_one_is_the_history(tmp_path):
     """CI names a pull request's previous attempt, then the base branch's report: a missing or broken
     first one is passed over, and every reason is said when none is usable."""
-    from harness.run.history import read
+    from harness.report.previous import first_usable
 
     good = str(Path(__file__).resolve().parents[2] / "docs" / "runs" / "pooling-cpu.json")
     (tmp_path / "broken.json").write_text("{")
     missing, broken = str(tmp_path / "missing"), str(tmp_path / "broken.json")
-    configurations, record = read(f"{missing}:{broken}:{good}", "pooling", "cpu")
-    assert configurations is not None and record == {"source": good, "failed": []}
-    configurations, record = read(f"{missing}:{broken}", "pooling", "cpu")
-    assert configurations is None and record["note"].startswith("no history: ")
+    found = first_usable(f"{missing}:{broken}:{good}", "pooling", ("cpu",), what="--history")
+    assert found.note is None and found.record() == {"source": good, "failed": []}
+    record = first_usable(f"{missing}:{broken}", "pooling", ("cpu",), what="--history").record()
+    assert record["note"].startswith("no history: ")
     assert "no such" in record["note"] and "truncated" in record["note"]
 
 
@@ -172,7 +172,7 @@ def test_a_shard_without_the_failed_tests_says_none_of_them_ran_here():
     bound=st.floats(min_value=1.0, max_value=1e7),
 )
 def test_a_per_test_timeout_is_bounded_and_above_the_recorded_seconds(took, bound):
-    from harness.run.history import LEAST_S, timeout_s
+    from harness.report.previous import LEAST_S, timeout_s
 
     value = timeout_s(took, bound)
     assert min(LEAST_S, bound) <= value <= bound

@@ -28,10 +28,11 @@ from harness.errors import HarnessError, ReportError
 from harness.report import baseline as before_after
 from harness.report import summary
 from harness.report.compare import Gate, compare, render
+from harness.report.previous import durations as previous_durations
+from harness.report.previous import read as previous_read
 from harness.report.schema import Report
 from harness.report.store import configurations, load, load_phases, recorded
 from harness.report.union import merge
-from harness.run.shards import configurations_from
 from harness.split import junit_key
 from tests.unit.schema_strategies import leaves, named, of, put
 
@@ -95,9 +96,9 @@ def test_compare_merge_baseline_and_summary_never_crash_on_an_accepted_report(
         merged = after
     json.dumps(merged, allow_nan=False)  # what harness merge writes
     for path in (where / "before.json", where / "after.json"):  # the durations and history it gives
-        configurations_from(path)
-        _, _, history = recorded(path)
-        [history.unit(test["nodeid"]) for test in load(path)["tests"]]
+        history = previous_read(path)
+        assert previous_durations(path).configurations == history.configurations
+        [history.groups.unit(test["nodeid"]) for test in load(path)["tests"]]
     opening = before_after.lines(merged, str(where / "before.json"))
     text = summary.render(merged, opening=opening)
     text.encode("utf-8")
@@ -292,9 +293,9 @@ def test_durations_from_a_report_junit_and_pytest_splits_file(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     _write(run / "report.json", REAL)
-    seconds, source, history = recorded(run)
+    seconds, source, report = recorded(run)
     first = REAL["tests"][0]
-    assert source == "report" and history.known
+    assert source == "report" and report is not None
     assert seconds[first["nodeid"]] == pytest.approx(first["setup_s"] + first["call_s"] + first["teardown_s"])
     junit = tmp_path / "junit.xml"
     junit.write_text(

@@ -1,6 +1,6 @@
 """Configuration-aware order (harness.pytest_plugin.order): tests that started one configuration last time
 run one after another, never across their module, class or wider fixture parameters; pytest's own order
-without a history; the history from a recorded run (harness.run.shards.configurations_from)."""
+without a history; the history from a recorded run (harness.report.previous.History.configurations)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from harness.errors import ReportError
-from harness.run.shards import configurations_from
+from harness.report.previous import read
 from tests.unit.report_runs import Run
 
 pytest_plugins = ["pytester"]
@@ -142,8 +142,8 @@ def test_the_history_is_each_tests_first_own_vllm_configuration(tmp_path):
     run.finalize()
     # the module-scoped fixture's start cannot move with its test; HF loads are not engine configurations
     expected = {"t.py::test_one": "A", "t.py::test_four": "B", "t.py::test_five": "B"}
-    assert configurations_from(tmp_path) == expected
-    assert configurations_from(tmp_path / "report.json") == expected
+    assert read(tmp_path).configurations == expected
+    assert read(tmp_path / "report.json").configurations == expected
 
 
 def test_a_test_that_failed_in_the_history_is_marked_and_keeps_its_configuration(tmp_path):
@@ -155,7 +155,7 @@ def test_a_test_that_failed_in_the_history_is_marked_and_keeps_its_configuration
     worker.test("t.py::test_one", "failed", t=32)
     worker.test("t.py::test_two", "error", t=33)
     run.finalize()
-    history = configurations_from(tmp_path)
+    history = read(tmp_path).configurations
     assert history == {"t.py::test_one": "failed A", "t.py::test_two": "failed"}
     from harness.pytest_plugin.order import _configuration
 
@@ -165,4 +165,4 @@ def test_a_test_that_failed_in_the_history_is_marked_and_keeps_its_configuration
 def test_a_history_that_is_not_a_report_is_one_line(tmp_path):
     (tmp_path / "report.json").write_text("[]")
     with pytest.raises(ReportError):
-        configurations_from(tmp_path / "report.json")
+        read(tmp_path / "report.json")

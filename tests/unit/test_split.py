@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from harness import ledger, split
 from harness.errors import HarnessError
 from harness.ledger.writer import LedgerWriter
-from harness.pytest_plugin.shard import select
 from harness.report.finalize import finalize
 from harness.report.store import recorded
 from harness.split import Shard
@@ -47,7 +46,7 @@ def tree(seed: int) -> tuple[list[str], dict[str, float], dict]:
 def test_every_test_in_exactly_one_shard_the_same_split_everywhere_and_groups_never_split(count):
     for seed in range(5):
         nodeids, seconds, report = tree(seed)
-        history = split.History(report)
+        history = split.Groups(report)
         shards = [select(nodeids, count, index, seconds, history)[0] for index in range(count)]
         assert sorted(n for shard in shards for n in shard) == sorted(nodeids)  # exactly one shard each
         shuffled = random.Random(seed).sample(nodeids, len(nodeids))  # another job's collection order
@@ -85,7 +84,7 @@ def test_any_tree_order_n_and_durations_give_an_exact_cover_with_engine_groups_w
             seconds[nodeid] = value
             if junit and number % 3 == 0:  # recorded twice: node id and JUnit key, two figures
                 seconds[split.junit_key(nodeid)] = durations[(number + 1) % len(durations)] or 0.0
-    history = split.History(report)
+    history = split.Groups(report)
     made = split.plan(nodeids + nodeids[:3], count, seconds, history)  # a test listed twice
     placed = [n for shard in made.shards for n in shard]
     assert sorted(placed) == sorted(nodeids) and len(made.shards) == count
@@ -114,7 +113,7 @@ def test_zero_second_durations_split_by_test_count():
         shards = split.assign(files, 4, dict.fromkeys(files, nothing))
         assert [len(shard) for shard in shards] == [3, 3, 3, 3], nothing
     nodeids = [f"t/test_{i}.py::test" for i in range(12)]
-    walls = [select(nodeids, 4, i, dict.fromkeys(nodeids, 0.0), split.History())[0] for i in range(4)]
+    walls = [select(nodeids, 4, i, dict.fromkeys(nodeids, 0.0), split.Groups())[0] for i in range(4)]
     assert [len(w) for w in walls] == [3, 3, 3, 3]
 
 
@@ -153,18 +152,18 @@ def test_units_keep_a_module_or_class_engine_and_one_configuration_together():
             {"test": "t/test_c.py::test_2[x]", "scope": None, "fingerprint": "c"},
         ]
     }
-    history = split.History(report)
+    history = split.Groups(report)
     assert history.unit("t/test_a.py::test_9") == "file t/test_a.py"
     assert history.unit("t/test_b.py::TestK::test_2") == "class t/test_b.py::TestK"
     assert history.unit("t/test_b.py::test_free") == "test t/test_b.py::test_free"
     assert history.unit("t/test_c.py::test_2[x]") == history.unit("t/test_c.py::test_1[x]")
-    assert split.History().unit("t/test_c.py::test_2[x]") == "file t/test_c.py"  # no report: whole files
+    assert split.Groups().unit("t/test_c.py::test_2[x]") == "file t/test_c.py"  # no report: whole files
 
 
 def test_balanced_by_durations_where_they_allow():
     nodeids = [f"t/test_{i}.py::test" for i in range(40)]
     seconds = {n: float(1 + i % 7) for i, n in enumerate(nodeids)}
-    walls = [select(nodeids, 4, i, seconds, split.History({"records": []}))[1] for i in range(4)]
+    walls = [select(nodeids, 4, i, seconds, split.Groups({"records": []}))[1] for i in range(4)]
     assert max(walls) / (sum(walls) / 4) <= 1.05
 
 
@@ -410,3 +409,9 @@ def test_pytest_shard_sessions_reports_merge_with_their_accounting(pytester, mon
     capsys.readouterr()
     assert harness(["merge", *runs, "--out", str(pytester.path / "merged")]) == 0
     assert "harness: accounted: 6 of 6 tests in 3 shards" in capsys.readouterr().out
+
+
+def select(nodeids, count, index, seconds, groups):
+    """Shard ``index`` of ``count``: its node ids and their predicted seconds (the one split)."""
+    made = split.plan(nodeids, count, seconds, groups)
+    return set(made.shards[index]), made.predicted[index]
