@@ -1,10 +1,12 @@
 """Each test's footprint (``harness.select``): the files whose code ran for it, written per session into
 ``<ledger dir>/footprints/`` for the report.
 
-A test's footprint is what ran in its setup, call and teardown, in its module's import and collection, in
+A test's footprint is what ran in its function, in its module's import and collection, in the setup of
 the fixtures it uses (a wider-scoped fixture's setup ran once, for the first test: it counts for each test
 that uses it), and in the processes it started while it ran (``harness.select.profiler.child``).
-Code between tests (pytest's own) and in other threads is not recorded.
+pytest's own machinery around them, fixture teardowns and other threads are not profiled: each profiled
+call costs, and a test's own files are in its footprint by its module's import anyway.
+``HARNESS_FOOTPRINTS=0`` records none.
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ from harness.pytest_plugin.session import is_controller, worker_id
 from harness.select import profiler, table
 
 _STATE = pytest.StashKey["_Footprints"]()
+OFF = "HARNESS_FOOTPRINTS"  # "0": record none (then selection knows none of this run's tests)
 _ACTIVE: list[_Footprints] = []  # the recording session's, for a forked child (register_at_fork stays)
 
 
 @pytest.hookimpl(trylast=True)  # after the recorder's configure: the ledger directory is known
 def pytest_configure(config: pytest.Config) -> None:
     if DIRECTORY not in config.stash or is_controller(config) or config.getoption("harness_phases"):
+        return
+    if os.environ.get(OFF) == "0":  # the overhead benchmark's other side; a project that wants none
         return
     packages = os.environ.get(profiler.PACKAGES_VARIABLE)
     names = profiler.PACKAGES if packages is None else tuple(p for p in packages.split(",") if p)
@@ -44,7 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _forked() -> None:
     if _ACTIVE:
-        profiler.forked(_ACTIVE[0].recorder, str(_ACTIVE[0].folder))
+        profiler.forked(_ACTIVE[0].recorder, str(_ACTIVE[0].folder), os.environ.get(profiler.TEST))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -63,6 +68,7 @@ class _Footprints:
         self.tests: dict[str, set[str]] = {}
         self.markers: dict[str, list[str]] = {}
         self.item: pytest.Item | None = None
+        self.fixtures: dict[str, set[str]] = {}  # a fixture's name -> the owners of its definitions
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector):
@@ -78,7 +84,9 @@ class _Footprints:
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
         """A fixture's setup: its code counts for every test that uses it."""
-        previous = self.recorder.switch(_fixture(fixturedef.baseid, fixturedef.argname))
+        owner = _fixture(fixturedef.baseid, fixturedef.argname)
+        self.fixtures.setdefault(fixturedef.argname, set()).add(owner)
+        previous = self.recorder.switch(owner)
         try:
             return (yield)
         finally:
@@ -87,13 +95,20 @@ class _Footprints:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> None:
         self.item = item
-        os.environ[profiler.TEST] = item.nodeid
-        self.recorder.switch(f"test {item.nodeid}")
+        os.environ[profiler.TEST] = item.nodeid  # a process it starts records as its
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
+        """The test function's own call: pytest's machinery around it is profiled by none."""
+        previous = self.recorder.switch(f"test {pyfuncitem.nodeid}")
+        try:
+            return (yield)
+        finally:
+            self.recorder.switch(previous)
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         item, self.item = self.item, None
-        self.recorder.switch(None)
         os.environ.pop(profiler.TEST, None)
         found = self.tests.setdefault(nodeid, set())
         found |= self.recorder.take(f"test {nodeid}")
@@ -101,9 +116,9 @@ class _Footprints:
         if item is None:
             return
         for name in getattr(item, "fixturenames", ()):
-            for owner, files in self.recorder.files.items():
-                if owner.startswith("fixture ") and owner.endswith(f"::{name}") and _covers(owner, nodeid):
-                    found |= files
+            for owner in self.fixtures.get(name, ()):
+                if _covers(owner, nodeid):
+                    found |= self.recorder.files.get(owner, set())
         self.markers[nodeid] = sorted({mark.name for mark in item.iter_markers()})
 
     def pytest_sessionfinish(self) -> None:

@@ -86,6 +86,7 @@ class Recorder:
         self.profile = cProfile.Profile()
         self.owner: str | None = None
         self.files: dict[str, set[str]] = {}
+        self.test: str | None = None  # in a child process: the test that started it
 
     def switch(self, owner: str | None) -> str | None:
         """Start recording for ``owner``; returns the previous owner."""
@@ -109,25 +110,23 @@ _CHILD: Recorder | None = None
 
 def child(env: Mapping[str, str] = os.environ) -> None:
     """In a process a test started (``DIRECTORY`` set): record everything it runs, written at exit."""
-    global _CHILD
-    if _CHILD is not None or not env.get(DIRECTORY) or not env.get(TEST):
-        return
-    _CHILD = Recorder(Paths(dict(_parse(env.get(ROOTS, "")))))
-    _CHILD.switch(env[TEST])
-    _at_exit(env[DIRECTORY])
+    if _CHILD is None and env.get(DIRECTORY) and env.get(TEST):
+        _follow(Recorder(Paths(dict(_parse(env.get(ROOTS, ""))))), env[DIRECTORY], env[TEST])
 
 
-def forked(recorder: Recorder, directory: str) -> None:
-    """In a forked child of a recording process: its profiler goes on, its files are the running test's."""
+def forked(recorder: Recorder, directory: str, test: str | None) -> None:
+    """In a forked child of a recording process: its copy of the profiler goes on (or starts) for the test
+    that was running (``test``; none: nothing is recorded)."""
+    if test:
+        recorder.files = {}
+        _follow(recorder, directory, test)
+
+
+def _follow(recorder: Recorder, directory: str, test: str) -> None:
     global _CHILD
+    _CHILD, recorder.test = recorder, test
     if recorder.owner is None:
-        return
-    recorder.files = {}
-    _CHILD = recorder
-    _at_exit(directory)
-
-
-def _at_exit(directory: str) -> None:
+        recorder.switch("child")
     import atexit
 
     atexit.register(_write, directory)
@@ -141,13 +140,14 @@ def _write(directory: str) -> None:
     """The child's files, once (at its finalizers or at exit, whichever comes first)."""
     global _CHILD
     recorder, _CHILD = _CHILD, None
-    if recorder is None or recorder.owner is None:
+    if recorder is None:
         return
-    owner = recorder.owner
     recorder.switch(None)
-    data = {"test": owner, "files": sorted(recorder.files.get(owner, ()))}
+    files = sorted(set().union(*recorder.files.values()))
     try:
-        Path(directory, f"child-{os.getpid()}.json").write_text(json.dumps(data))
+        Path(directory, f"child-{os.getpid()}.json").write_text(
+            json.dumps({"test": recorder.test, "files": files})
+        )
     except OSError:  # the run directory is gone (the session ended first): nothing to add to
         pass
 
