@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.config import options
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.settings import Settings, ci_deadline, load_settings
 from harness.config.suites import Suite, check_paths, load_suite, run_dir
@@ -81,7 +82,7 @@ def main(args) -> int:
     if shard and flagged and shard != flagged:
         raise HarnessError(f"--shard {shard} and --num-shards/--shard-id {flagged} ask for different shards")
     shard = shard or flagged
-    mode = gpu_free_job.mode(getattr(args, "gpu_free", None) or env.get(GPU_FREE))
+    mode = gpu_free_job.mode(options.value(options.GPU_FREE_OPTION, getattr(args, "gpu_free", None), env))
     # the previous run, read once; CI reaches pytest through `nox -s X -- args`, so also from the environment
     given_history = past.choose(args, env, durations, suite.name, platform, mode)
     if env.get(COMPILE_CACHE):  # CI's kept compile cache: engines start from the graphs it holds
@@ -95,7 +96,8 @@ def main(args) -> int:
     out = Path(args.out or run_dir(directory.segment("suite", suite.name), platform, where))
     if mode == "only" and not args.out and moved is not None:  # beside its GPU cell's
         out = Path(f"{run_dir(suite.name, str(moved.platform), where)}-{gpu_free_job.KEPT}")
-    before_after.refuse_itself(out, args.baseline or settings.baseline)  # before the run clears out
+    baseline = options.value(options.BASELINE, args.baseline, settings=settings)
+    before_after.refuse_itself(out, baseline)  # before the run clears out
     with directory.locked(out) as lock, stop_signals():
         try:
             directory.clear(out)
@@ -105,12 +107,13 @@ def main(args) -> int:
                 write_atomic(out / "gpu-free.json", json.dumps(listing, indent=1) + "\n")
                 env[GPU_FREE_TESTS] = str((out / "gpu-free.json").resolve())
             run = _Run(out, {}, {}, extra, env, settings, Console(), ci_deadline(env), lock)
-            run.baseline = args.baseline or settings.baseline
+            run.baseline = baseline
             run.previous, run.weights = given_history.history, given_history.weights
             run.history = given_history.record
             run.learned = bool(args.timeouts_from_history)
             if args.changed_since:  # --changed-since REF [--shadow]: decided after the run's one collection
-                run.changed = (args.changed_since, args.shadow, args.history or env.get(past.VARIABLE))
+                history = options.value(options.HISTORY_OPTION, args.history, env)
+                run.changed = (args.changed_since, args.shadow, history)
                 run.table = read_table(pyproject)
             return _run(run, suite, detection, shard, args.fail_fast)
         except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
