@@ -8,13 +8,12 @@ on the CPU agent by itself; its failure says why it ran here.
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
 import pytest
 
 from harness.config.variables import GPU_FREE_TESTS
+from harness.errors import HarnessError
 from harness.pytest_plugin.session import process_context
 
 
@@ -83,16 +82,12 @@ def _runners(config: pytest.Config, before: int) -> str | None:
 
 
 def load(env=os.environ) -> GpuFreeJob:
-    """The list ``harness run`` wrote; a file it did not write is the session's usage error."""
-    path = Path(env[GPU_FREE_TESTS])
+    """The list ``harness run`` wrote, through the one loader (a FIFO, a device or a directory is refused
+    without blocking); a file it did not write is the session's usage error, one line."""
+    from harness.report.store import gpu_free_list  # noqa: PLC0415 -- its schema loads only here
+
     try:
-        listing = json.loads(path.read_text(encoding="utf-8"))
-        if listing["mode"] not in ("deselect", "only") or not all(
-            isinstance(t, str) for t in listing["tests"]
-        ):
-            raise ValueError("not a list of node ids")
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise pytest.UsageError(
-            f"{GPU_FREE_TESTS}={path}: not a GPU-free list harness run wrote ({error})"
-        ) from None
-    return GpuFreeJob(listing)
+        listing = gpu_free_list(env[GPU_FREE_TESTS])
+    except HarnessError as error:
+        raise pytest.UsageError(f"{GPU_FREE_TESTS}: {error}") from None
+    return GpuFreeJob(dict(listing))

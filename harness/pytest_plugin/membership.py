@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from harness.report.store import selection_file, write_atomic
+
 
 class Membership:
     """Reads ``{"phases": [{name, paths, markers, keywords}]}`` from ``path``; adds ``"members"`` to it:
@@ -24,7 +26,7 @@ class Membership:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        table = json.loads(self.path.read_text())
+        table = selection_file(self.path)
         mark: Any = config.pluginmanager.get_plugin("mark")
         saved = config.option.markexpr, config.option.keyword
         members = {}
@@ -37,7 +39,7 @@ class Membership:
                 members[phase["name"]] = [item.nodeid for item in chosen]
         finally:
             config.option.markexpr, config.option.keyword = saved
-        self.path.write_text(json.dumps({**table, "members": members}, indent=1) + "\n")
+        write_atomic(self.path, json.dumps({**table, "members": members}, indent=1) + "\n")
 
 
 def _under(item: pytest.Item, path: str) -> bool:

@@ -36,15 +36,18 @@ __all__ = [
     "Device",
     "FileTally",
     "GpuFree",
+    "GpuFreeList",
     "GpuFreeTests",
     "Finding",
     "Phase",
     "HistoryRecord",
+    "PhaseSelection",
     "PhasesFile",
     "PlatformInfo",
     "Record",
     "Report",
     "Sample",
+    "SelectionFile",
     "Starts",
     "Tally",
     "TestResult",
@@ -94,6 +97,36 @@ class HistoryRecord(TypedDict, total=False):
     source: Required[str | None]
     failed: list[str]
     note: str
+
+
+class GpuFreeList(TypedDict):
+    """``gpu-free.json`` (``HARNESS_GPU_FREE_TESTS``): the GPU-free tests ``harness run`` hands a phase's
+    session, to deselect or to run alone (``harness.pytest_plugin.cpu_job``)."""
+
+    mode: Literal["deselect", "only"]
+    source: str | None
+    tests: list[str]
+
+
+class PhaseSelection(TypedDict):
+    """One phase as the run's one collection selects it: its paths and its ``-m`` / ``-k``."""
+
+    name: str
+    paths: list[str]
+    markers: str | None
+    keywords: str | None
+
+
+class SelectionFile(TypedDict, total=False):
+    """The run's one collection's files (``harness.run.selection``): the phases, then what the collection
+    adds (each phase's node ids; pytest's reading of the run's ``-m``/``-k``, its rootdir, an error)."""
+
+    phases: Required[list[PhaseSelection]]
+    members: dict[str, list[str]]
+    markers: str
+    keywords: str
+    rootdir: str
+    error: str | None
 
 
 class PhasesFile(TypedDict, total=False):

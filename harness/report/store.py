@@ -27,7 +27,16 @@ from harness.config.validate import mismatch
 from harness.errors import ConfigError, InfrastructureError, ReportError
 from harness.ledger.check import LONGEST
 from harness.ledger.records import seconds as test_seconds
-from harness.report.schema import ABSENT, VERSION, Configurations, Durations, PhasesFile, Report
+from harness.report.schema import (
+    ABSENT,
+    VERSION,
+    Configurations,
+    Durations,
+    GpuFreeList,
+    PhasesFile,
+    Report,
+    SelectionFile,
+)
 
 MAX_BYTES = 256 * 2**20  # a report or phases file larger than this is not one the harness wrote
 MAX_DEPTH = 32  # JSON nesting: a report's deepest field (a runner's config) is far shallower
@@ -108,6 +117,20 @@ def configurations(path: str | Path) -> Configurations:
         Configurations,
         checked(path, json_object(path, "configurations"), Configurations, "configurations file"),
     )
+
+
+def gpu_free_list(path: str | Path) -> GpuFreeList:
+    """``gpu-free.json``, the list ``harness run`` hands a phase (``HARNESS_GPU_FREE_TESTS``)."""
+    path = Path(path)
+    return cast(GpuFreeList, checked(path, json_object(path, "GPU-free list"), GpuFreeList, "GPU-free list"))
+
+
+def selection_file(path: str | Path) -> SelectionFile:
+    """One of the run's one collection's files (``harness.run.selection``, read and added to by the
+    collection's plugins ``harness.pytest_plugin.membership`` and ``harness.run.probe``)."""
+    path = Path(path)
+    found = json_object(path, "selection file")
+    return cast(SelectionFile, checked(path, found, SelectionFile, "selection file"))
 
 
 def quarantine_list(path: str | Path) -> list[quarantine.Entry]:

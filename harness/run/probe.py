@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from harness.report.store import selection_file, write_atomic
+
 FILE = "HARNESS_SELECTION_FILE"
 
 
@@ -28,15 +30,15 @@ def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get(FILE):
         return
     path = Path(os.environ[FILE])
-    table = json.loads(path.read_text(encoding="utf-8"))
-    run = {"markers": config.option.markexpr or "", "keywords": config.option.keyword or ""}
+    table = selection_file(path)
+    run: dict[str, Any] = {"markers": config.option.markexpr or "", "keywords": config.option.keyword or ""}
     run["rootdir"] = str(config.rootpath)  # the run's split's node ids are relative to it
     checks = [("harness run -m", run["markers"], ""), ("harness run -k", "", run["keywords"])]
     for phase in table["phases"]:
         checks.append((f"phase {phase['name']!r} markers", phase["markers"] or "", ""))
         checks.append((f"phase {phase['name']!r} keywords", "", phase["keywords"] or ""))
     error = next((problem for where, m, k in checks if (problem := _rejected(config, where, m, k))), None)
-    path.write_text(json.dumps({**table, **run, "error": error}, indent=1) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps({**table, **run, "error": error}, indent=1) + "\n")
     config.stash[CHECKS] = [(where, k) for where, m, k in checks if k]
 
 
@@ -49,13 +51,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not session.items or not checks:
         return
     path = Path(os.environ[FILE])
-    table = json.loads(path.read_text(encoding="utf-8"))
+    table = selection_file(path)
     if table.get("error"):
         return
     first = session.items[:1]
     error = next((p for where, k in checks if (p := _rejected(session.config, where, "", k, first))), None)
     if error:
-        path.write_text(json.dumps({**table, "error": error}, indent=1) + "\n", encoding="utf-8")
+        write_atomic(path, json.dumps({**table, "error": error}, indent=1) + "\n")
 
 
 def _rejected(

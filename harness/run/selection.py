@@ -21,7 +21,7 @@ from pathlib import Path
 from harness.config.suites import Phase
 from harness.errors import HarnessError
 from harness.report.outcomes import NO_TESTS
-from harness.report.store import write_atomic
+from harness.report.store import selection_file, write_atomic
 from harness.run.probe import FILE
 from harness.run.process import Kept
 
@@ -63,14 +63,18 @@ def members(
     finally:
         kept.end()
     try:
-        read = json.loads(selection.read_text())
-        found = json.loads(path.read_text()).get("members")
+        read = selection_file(selection)
+        found = selection_file(path).get("members")
     finally:  # raw node ids (a test parameter may be a credential): never left in the run directory
         path.unlink(missing_ok=True)
         selection.unlink(missing_ok=True)
     if read.get("error"):
         raise HarnessError(read["error"])
-    chosen = {key: read.get(key) for key in ("markers", "keywords", "rootdir")}
+    chosen = {
+        "markers": read.get("markers"),
+        "keywords": read.get("keywords"),
+        "rootdir": read.get("rootdir"),
+    }
     return (found if code in (0, NO_TESTS) and found is not None else None), chosen
 
 

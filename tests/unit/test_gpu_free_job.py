@@ -222,3 +222,31 @@ def test_the_cpu_job_on_a_gpu_platform_is_refused_in_one_line(suite):
         timeout=120,
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device", "wrong shape"])
+def test_a_gpu_free_list_that_is_no_list_file_is_one_line_and_never_blocks(tmp_path, kind):
+    """Old code: the session read HARNESS_GPU_FREE_TESTS with ``read_text``; a FIFO without a writer hung
+    pytest. Now the one loader refuses it (and a directory, a device, a list of another shape) at once."""
+    (tmp_path / "test_x.py").write_text("def test_x(): pass\n")
+    path = tmp_path / "list"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "device":
+        path = Path("/dev/zero")
+    else:
+        path.write_text(json.dumps({"mode": "only", "source": None, "tests": [1]}))
+    env = {**os.environ, "HARNESS_GPU_FREE_TESTS": str(path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--harness", "test_x.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,  # old code: a FIFO never returned
+    )
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if "HARNESS_GPU_FREE_TESTS" in line]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr

@@ -279,3 +279,26 @@ def test_failures_first_sets_a_modules_engine_up_once(pytester, monkeypatch):
     ran = [line.split(" ")[0] for line in result.outlines if " PASSED" in line]
     assert ran[-1] == "test_a.py::test_1" and ran[0] == "test_b.py::TestK::test_k"
     assert (pytester.path / "setups.txt").read_text() == "up\n"
+
+
+READERS = [
+    "harness/pytest_plugin/cpu_job.py",
+    "harness/pytest_plugin/membership.py",
+    "harness/run/selection.py",
+    "harness/run/probe.py",
+    "harness/run/history.py",
+    "harness/run/shards.py",
+    "harness/ci/learned.py",
+    "harness/ci/step_timeouts.py",
+    "harness/report/gpu_free_job.py",
+    "harness/report/previous.py",
+]
+
+
+@pytest.mark.parametrize("module", READERS)
+def test_a_file_the_harness_reads_back_goes_through_the_one_loader(module):
+    """Old code: cpu_job, membership, selection and probe read their files with ``read_text`` (a FIFO
+    hung the session); every read now goes through harness.report.store."""
+    source = (Path(__file__).resolve().parents[2] / module).read_text()
+    for reading in (".read_text(", ".read_bytes(", "json.load(", "json.loads(", " open("):
+        assert reading not in source, f"{module} reads a file itself ({reading})"
