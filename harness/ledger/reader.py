@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from harness import failures
 from harness.errors import HarnessError
 from harness.ledger import files
 from harness.ledger.check import problem
@@ -163,12 +164,13 @@ def ended(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
-def crashed_test(start: dict, crash: dict | None, worker: dict | None) -> dict:
-    """The ``test`` event of a test whose process died under it: an ``error`` saying how it died."""
+def crashed_test(start: dict, crash: dict | None, worker: dict | None, fired: bool = False) -> dict:
+    """The ``test`` event of a test whose process died under it: an ``error`` saying how it died;
+    ``fired``: pytest-timeout's thread-method timer fired in it first (its ``timeout`` finding)."""
     how = crash["how"] if crash else "its process ended"
     elapsed = (crash["t"] - start["t"]) if crash else None
     timeout, method = (worker or {}).get("timeout"), (worker or {}).get("timeout_method")
-    hint = ""
+    hint = " (pytest-timeout's thread method ended it)" if fired else ""
     if crash and timeout and method == "thread" and elapsed is not None and elapsed >= 0.9 * timeout:
         hint = f" (after {elapsed:.0f} s: pytest-timeout's thread method, timeout {timeout:g} s)"
     who = start.get("worker") or (worker or {}).get("worker") or "main"
@@ -184,6 +186,8 @@ def crashed_test(start: dict, crash: dict | None, worker: dict | None) -> dict:
         "worker": who,
         "phase": start.get("phase"),
         "crash": f"worker {who} {how} while running {start['nodeid']}{hint}",
+        # its process's exit is the evidence: pytest-timeout's thread method's, or another death
+        "failure_class": failures.classify(failures.Evidence(crashed=True, timed_out=fired or bool(hint))),
     }
 
 
@@ -197,10 +201,12 @@ def _tests_of(file_events: list[dict], crashes: dict[str, dict]) -> list[dict]:
     """
     tests: list[dict] = []
     pending, worker = None, None
+    fired = {e.get("test") for e in file_events if e["event"] == "finding" and e.get("type") == "timeout"}
 
     def close() -> None:
         if pending is not None:
-            tests.append(crashed_test(pending, crashes.get(pending["nodeid"]), worker))
+            died = pending["nodeid"]
+            tests.append(crashed_test(pending, crashes.get(died), worker, died in fired))
 
     for event in file_events:
         kind = event["event"]
@@ -268,6 +274,9 @@ def read(directory: str | os.PathLike) -> Ledger:
     for listed in per_path.values():
         ledger.tests += [cast("TestResult", _without_kind(t)) for t in _tests_of(listed, crashes)]
         _merge(listed, ledger)
+    for test in ledger.tests:  # a failure no plugin classed (pytest's own, an older ledger's): one class
+        if test["outcome"] in ("failed", "error") and test.get("failure_class") is None:
+            test["failure_class"] = failures.OTHER  # type: ignore[typeddict-item]
     ledger.findings += [
         {"type": "crash", "t": t["t"], "test": t["nodeid"], "phase": t.get("phase"), "message": t["crash"]}
         for t in ledger.tests

@@ -206,7 +206,7 @@ class _Recorder:
         of the test is not its last."""
         if report.outcome == "rerun":
             self.retried = True
-        elif report.outcome == "failed" and _timed_out(report):
+        elif report.outcome == "failed" and classes.of(report) == "timeout":  # pytest-timeout's, a fact
             crash = getattr(report.longrepr, "reprcrash", None)
             message = crash.message if crash is not None else report.longreprtext.strip().splitlines()[-1]
             self.writer.write("finding", type="timeout", test=report.nodeid, message=message)
@@ -245,15 +245,6 @@ def _device_bytes() -> int | None:
     from harness.platform.allocator import peak_reserved
 
     return peak_reserved()
-
-
-def _timed_out(report: pytest.TestReport) -> bool:
-    """Whether pytest-timeout failed this test (its signal method fails it with its own message)."""
-    from pytest_timeout import PYTEST_FAILURE_MESSAGE
-
-    before, after = PYTEST_FAILURE_MESSAGE.split("%s")
-    text = report.longreprtext
-    return before in text and after in text
 
 
 def _outcome(setup: Report, call: Report, teardown: pytest.TestReport) -> str:

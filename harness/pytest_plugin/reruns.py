@@ -12,11 +12,18 @@ retry's hand-on avoids no start a run without the retry makes), the first try's 
 without the retry reports), the test's final outcome, the try that counts and the policy's verdict.
 report.json lists them as ``reruns``; junit.xml carries them as surefire's ``flakyFailure`` (the test
 passed in the end) or ``rerunFailure`` (it did not).
+
+Each try is a full one: its own timeout (``timeouts`` re-arms pytest-timeout's timer at each try's
+set-up), its own fixtures (a fixture whose set-up failed, cached by pytest for its whole scope, is built
+again) and its own outcome: a try that skipped is not a pass, so the first try's failure counts then.
+A test that pytest-rerunfailures reruns (its ``flaky(reruns=N)`` marker, ``--reruns``) runs under that
+plugin's protocol, as without the harness: the reruns its author gave it are kept (``author_reruns``).
 """
 
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 from typing import Any, NamedTuple, Protocol
 
 import pytest
@@ -83,7 +90,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """pytest's own protocol, run as often as the session's policies say (none: pytest runs it)."""
     policies = item.config.stash.get(POLICIES, [])
     writer = current().writer
-    if not policies or writer is None:
+    if not policies or writer is None or author_reruns(item):
         return None
     run(item, nextitem, policies, writer)
     return True
@@ -108,6 +115,8 @@ def run(
                 asked = policy
                 break
     verdict = asked.verdict(item, tries) if len(tries) > 1 else Verdict(0, "")
+    if verdict.counts and _skipped(tries[verdict.counts]):
+        verdict = Verdict(0, f"try {verdict.counts + 1} skipped, which is not a pass: its first try counts")
     counted = tries[verdict.counts]
     for number, attempt in enumerate(tries):
         if number != verdict.counts:
@@ -121,7 +130,34 @@ def run(
     return tries
 
 
+def author_reruns(item: pytest.Item) -> bool:
+    """Whether pytest-rerunfailures reruns ``item`` (its marker or ``--reruns``): then it runs the test."""
+    plugin = item.config.pluginmanager.get_plugin("rerunfailures")
+    return plugin is not None and bool(plugin.get_reruns_count(item))
+
+
+def _skipped(attempt: Try) -> bool:
+    return any(report.skipped for report in attempt.reports)
+
+
+def _forget_failed_fixtures(item: pytest.Item) -> None:
+    """Fixtures whose set-up failed are built again by the next try: pytest keeps a failed fixture's error
+    for its whole scope (a module's) and raises it again to each test, a retry included. Each is finished
+    (pytest's ``FixtureDef.finish``: its finalizers run, its cache cleared); pytest has no public table of
+    an item's fixtures, so it is read where pytest-rerunfailures reads it (``_fixtureinfo``)."""
+    info = getattr(item, "_fixtureinfo", None)
+    for definitions in getattr(info, "name2fixturedefs", {}).values():
+        for definition in definitions:
+            cached = definition.cached_result
+            if cached is not None and cached[2] is not None:
+                # finish reads its request's node alone (to name it in an error); between tries pytest
+                # has dropped the item's own request
+                definition.finish(request=SimpleNamespace(node=item))
+
+
 def _try(item: pytest.Item, nextitem: pytest.Item | None, why: str) -> Try:
+    if why:
+        _forget_failed_fixtures(item)
     context = current()
     before = (context.starts, context.started_s, context.reused, context.reused_s)
     reports = runtestprotocol(item, nextitem=nextitem, log=False)
@@ -159,7 +195,8 @@ def _failure(attempt: Try) -> dict[str, Any]:
     """A try's outcome and, where it failed, the phase, the failure's line and its text (bounded)."""
     failure = attempt.failure()
     if failure is None:
-        return {"outcome": "passed", "when": None, "message": None, "longrepr": None, "failure_class": None}
+        outcome = "skipped" if _skipped(attempt) else "passed"
+        return {"outcome": outcome, "when": None, "message": None, "longrepr": None, "failure_class": None}
     crash = getattr(failure.longrepr, "reprcrash", None)
     text = failure.longreprtext.strip()
     message = crash.message.splitlines()[0] if crash is not None and crash.message else ""

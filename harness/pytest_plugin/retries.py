@@ -6,11 +6,16 @@ A ``reruns.Policy``, so each try is in the open as the reuse safety net's are (a
 report can say pass@1 (first tries only) beside the final outcome. SGLang retries only the classes a retry
 can help (accuracy on a noisy GPU, a hub hiccup), at most 3 times, 60 s apart; a retry of every exit 1,
 as vLLM's AMD steps do, only runs real failures twice.
+
+A test pytest-rerunfailures reruns (``flaky(reruns=N)``) keeps its author's reruns under that plugin
+(``reruns.author_reruns``); a failed try of it marks it ``fresh_engine``, so its rerun starts its own
+engines, as a retry here does.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Generator
 
 import pytest
 
@@ -54,3 +59,13 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = process_context(config).settings
     if settings.retry:
         reruns.add(config, ByClass(settings))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and reruns.author_reruns(item):
+        item.add_marker(FRESH)  # pytest-rerunfailures runs it again: on fresh engines, as a retry
+    return report

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
 
-from harness.ledger.records import seconds
 from harness.failures import PROPERTY as CLASS_PROPERTY
+from harness.ledger.records import seconds
 from harness.report.schema import Record, Rerun, TestResult
 
 START_PROPERTY = "harness.runner-start"
