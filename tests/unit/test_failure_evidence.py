@@ -73,7 +73,9 @@ def suite(kinds: list[str]) -> str:
     return HEADER + "\n\n".join(tests)
 
 
-def harness_run(root: Path, kinds: list[str]) -> tuple[int, dict, ElementTree.ElementTree, str]:
+def harness_run(
+    root: Path, kinds: list[str], *pytest_args: str
+) -> tuple[int, dict, ElementTree.ElementTree, str]:
     """``harness run`` of ``suite(kinds)`` in ``root``: its exit, report.json, junit.xml and summary.md."""
     from harness.cli import main as harness
 
@@ -85,7 +87,7 @@ def harness_run(root: Path, kinds: list[str]) -> tuple[int, dict, ElementTree.El
     here = Path.cwd()
     os.chdir(root)
     try:
-        code = harness(["run", "--platform", "cpu", "--out", "out", "models"])
+        code = harness(["run", "--platform", "cpu", "--out", "out", "models", "--", *pytest_args])
     finally:
         os.chdir(here)
     out = root / "out"
@@ -112,13 +114,17 @@ def classes_everywhere(report: dict, junit: ElementTree.ElementTree, summary: st
     return found
 
 
-def test_each_family_gets_its_class_from_its_own_evidence_in_every_output(tmp_path: Path, fake_gpus) -> None:
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_each_family_gets_its_class_from_its_own_evidence_in_every_output(
+    tmp_path: Path, fake_gpus, workers: tuple[str, ...]
+) -> None:
     """Old code: the comment made an assertion ``network`` (and ``retry = ["network"]`` retried it), the
-    timeout in an ``except ConnectionError`` block was ``network``, and the test whose process died and
-    the one pytest-timeout's thread method ended had no class in report.json, junit.xml or summary.md."""
+    timeout in an ``except ConnectionError`` block was ``network`` (retried, it passed), and the test whose
+    process died and the one pytest-timeout's thread method ended had no class in report.json, junit.xml
+    or summary.md: in one process (rebuilt from the ledger) or under xdist (its controller's crash)."""
     fake_gpus([], vendor="nvidia")
     kinds = ["comment", "timeout_in_except", "dies", "thread_timeout", "passes"]
-    code, report, junit, summary = harness_run(tmp_path, kinds)
+    code, report, junit, summary = harness_run(tmp_path, kinds, *workers)
     assert code == 1
     found = classes_everywhere(report, junit, summary)
     expected = {f"tests/test_kinds.py::test_{n}_{kind}": KINDS[kind][1] for n, kind in enumerate(kinds)}
@@ -126,7 +132,7 @@ def test_each_family_gets_its_class_from_its_own_evidence_in_every_output(tmp_pa
     assert report.get("reruns", []) == []  # the assertion was not retried as a network error
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=4))
 def test_every_failed_test_has_one_class_in_every_output(
     tmp_path_factory: pytest.TempPathFactory, fake_gpus, kinds: list[str]
