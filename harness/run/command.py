@@ -112,8 +112,7 @@ def main(args) -> int:
             run.history = given_history.record
             run.learned = bool(args.timeouts_from_history)
             if args.changed_since:  # --changed-since REF [--shadow]: decided after the run's one collection
-                history = options.value(options.HISTORY_OPTION, args.history, env)
-                run.changed = (args.changed_since, args.shadow, history)
+                run.changed = (args.changed_since, args.shadow)
                 run.table = read_table(pyproject)
             return _run(run, suite, detection, shard, args.fail_fast)
         except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
@@ -169,7 +168,7 @@ class _Run:
     rootdir: Path | None = None  # pytest's, from the run's collection: node ids are relative to it
     broken: bool = False  # a shard whose collection failed: its phases only collect, to show why
     history: dict | None = None  # --history: its source and the tests that failed there, or why none
-    changed: tuple | None = None  # --changed-since REF, --shadow, the history (harness.run.selecting)
+    changed: tuple | None = None  # --changed-since REF and --shadow (harness.run.selecting)
     table: dict = field(default_factory=dict)  # [tool.harness], for [tool.harness.select]
 
 
@@ -202,9 +201,9 @@ def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
     suite = Suite(suite.name, tuple(p.narrowed(chosen["markers"], chosen["keywords"]) for p in suite.phases))
     run.earlier = claimed([phase.name for phase in suite.phases], run.found or {})
     if run.changed:
-        ref, shadow, history = run.changed
+        ref, shadow = run.changed
         meta["selection"] = selecting.prepare(
-            ref, shadow, history, run.table, suite.name, run.found, chosen.get("rootdir"), out, env
+            ref, shadow, run.previous, run.table, run.found, chosen.get("rootdir"), out, env
         )
         _write(out, meta)
     if shard:

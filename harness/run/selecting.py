@@ -11,15 +11,14 @@ collection: every test runs, and one line says why. An unknown REF or ``--shadow
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.report.previous import History
 from harness.report.store import load, write_atomic
 from harness.select import SELECTION, changes, choose, record, rules, table
-from harness.split import History
 
 
 def packages(harness_table: dict) -> str:
@@ -35,39 +34,35 @@ def check(ref: str | None, shadow: bool) -> None:
 def prepare(
     ref: str,
     shadow: bool,
-    history: str | None,
+    history: History | None,
     harness_table: dict,
-    suite: str,
     found: dict[str, list[str]] | None,
     rootdir: str | None,
     out: Path,
     env: dict,
 ) -> dict:
-    """The selection's phases.json section; sets ``env``'s list for the phases' pytest."""
+    """The selection's phases.json section (``history``: the run's one previous run, read once); sets
+    ``env``'s list for the phases' pytest."""
     mode = "shadow" if shadow else "on"
     given = rules.load(harness_table.get("select"))
     root = Path(rootdir) if rootdir else Path.cwd()
     change: changes.Change | None = None
     try:
         change = changes.changed(ref, root)
-        prior: tuple | str = _history(history, suite)
+        prior: tuple | str = _footprints(history)
     except changes.NoBase as why:
         prior = str(why)
     tests = list(dict.fromkeys(n for ids in (found or {}).values() for n in ids))
     if found is None:
         prior = "the suite's collection failed"
-    if isinstance(prior, str):
-        made = choose.choose(tests, prior, {}, [], given)
+    if isinstance(prior, str) or change is None:
+        made = choose.choose(tests, str(prior), {}, [], given)
     else:
-        footprints, markers, report = prior
-        prefix = _prefix(root, change.top) if change else ""
-        own = _prefix(out, change.top) if change else ""  # this run's own directory is never a change
+        footprints, markers, unit = prior
+        own = _prefix(out, change.top)  # this run's own directory is never a change
         given = replace(given, ignore=(*given.ignore, own)) if own else given
-        files = change.files if change else ()
-        unit = History(report).unit
-        made = choose.choose(
-            tests, footprints, markers, files, given, unit, prefix, change.renamed if change else {}
-        )
+        prefix = _prefix(root, change.top)
+        made = choose.choose(tests, footprints, markers, change.files, given, unit, prefix, change.renamed)
     files = change.files if change else ()
     section = record.section(mode, ref, change.base if change else None, files, made)
     if made.skipped:
@@ -79,26 +74,18 @@ def prepare(
     return section
 
 
-def _history(given: str | None, suite: str) -> tuple | str:
-    """The first usable history's footprints, markers and report; else why none is."""
-    if not given:
+def _footprints(history: History | None) -> tuple | str:
+    """The history's footprints, markers and engine groups' ``unit``; else why it has none."""
+    if history is None:
         return "no history given (--history or HARNESS_HISTORY)"
-    why = []
-    for path in [part for part in given.split(os.pathsep) if part]:
-        try:
-            report = load(Path(path))
-        except HarnessError as error:
-            why.append(str(error))
-            continue
-        if report.get("suite") != suite:
-            why.append(f"{path} is of suite {report.get('suite')!r}, this run is {suite!r}")
-            continue
-        decoded = table.decode(report.get("footprints"))
-        if isinstance(decoded, str):
-            why.append(f"{path}: {decoded}")
-            continue
-        return (*decoded, report)
-    return "; ".join(why)
+    if history.note is not None:
+        return history.note
+    if history.report is None:
+        return f"{history.source} is {history.kind}, not a report: it records no footprints"
+    decoded = table.decode(history.report.get("footprints"))
+    if isinstance(decoded, str):
+        return f"{history.source}: {decoded}"
+    return (*decoded, history.groups.unit)
 
 
 def _prefix(root: Path, top: Path) -> str:

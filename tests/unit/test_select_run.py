@@ -168,7 +168,7 @@ def test_shadow_runs_everything_unchanged_and_names_the_false_greens(repo):
     ("spoil", "said"),
     [
         (lambda r: r.pop("footprints"), "records no footprints"),
-        (lambda r: r.update(suite="other"), "is of suite 'other', this run is 'tiny'"),
+        (lambda r: r.update(suite="other"), "is of suite 'other' on 'cpu', this run is 'tiny'"),
         (None, "report"),  # corrupt: not JSON
     ],
 )
