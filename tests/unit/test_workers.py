@@ -295,14 +295,15 @@ def test_users_timeout_option_wins_over_the_platform_default(cuda4, session, mon
     result.stdout.fnmatch_lines(["*Timeout (>1.0s)*"])
 
 
+# each test 2 s of a 3 s timeout (a second to spare for a loaded host), together past it
 WATCHED = """
 import time, pytest
 
 def test_first_half():
-    time.sleep(0.8)
+    time.sleep(2)
 
 def test_second_half_outlives_the_alarm_armed_before_it():
-    time.sleep(0.8)
+    time.sleep(2)
 
 @pytest.mark.timeout(0.3)
 def test_a_sooner_deadline_rearms_the_alarm():
@@ -312,7 +313,7 @@ def test_a_sooner_deadline_rearms_the_alarm():
 
 def test_each_test_gets_pytest_timeouts_own_deadline_and_report(cuda4, session):
     """Tests that together outlive one timeout pass; a marker's sooner deadline fails its test."""
-    result = session("--timeout", "1.2", tests=WATCHED)
+    result = session("--timeout", "3", tests=WATCHED)
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*Timeout (>0.3s) from pytest-timeout*", "FAILED *sooner_deadline*"])
 
@@ -335,18 +336,19 @@ def test_a_test_that_turns_alarms_off_leaves_the_next_tests_timeout(cuda4, sessi
     _timed_out(session(tests=GUARDED), "3.0", "test_hangs_after_it", passed=1)
 
 
+# as WATCHED: 2 s of a 3 s default each; the marked test outlives the default by half a second
 DEFAULTED = """
 import time, pytest
 
 def test_first():
-    time.sleep(0.7)
+    time.sleep(2)
 
 def test_second_outlives_the_alarm_armed_at_collection():
-    time.sleep(0.7)
+    time.sleep(2)
 
 @pytest.mark.timeout(0)
 def test_none_by_its_marker():
-    time.sleep(1.5)
+    time.sleep(3.5)
 
 def test_hangs_after_it():
     time.sleep(30)
@@ -356,8 +358,8 @@ def test_hangs_after_it():
 def test_the_default_timeout_counts_from_each_tests_own_start(cuda4, session, monkeypatch):
     """Each test gets the whole default from its own start, a ``timeout(0)`` test none, and the test after
     that one its own again."""
-    monkeypatch.setenv("HARNESS_TEST_TIMEOUT_S", "1")
-    _timed_out(session(tests=DEFAULTED), "1.0", "test_hangs_after_it", passed=3)
+    monkeypatch.setenv("HARNESS_TEST_TIMEOUT_S", "3")
+    _timed_out(session(tests=DEFAULTED), "3.0", "test_hangs_after_it", passed=3)
 
 
 NESTED = """
