@@ -45,6 +45,17 @@ class Shard:
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
 
+    @property
+    def name(self) -> str:
+        """The shard in a file or directory name (``harness-out/<suite>-<platform>-<name>``)."""
+        return name(self.index, self.count)
+
+    @classmethod
+    def of_record(cls, record: Mapping[str, object], source: str = "shard record") -> Shard:
+        """The shard a split's record (``Plan.record``: phases.json's ``split``, the ledger's ``shard``
+        event) is of; out of range or missing: one line naming ``source``."""
+        return cls.of(record.get("index"), record.get("count"), source)
+
     @classmethod
     def of(cls, index: object, count: object, source: str = "shard") -> Shard:
         """``index`` of ``count`` as given (flags, a record's fields); out of range: one line naming
@@ -65,6 +76,12 @@ class Shard:
         index, count = int(match[1]), int(match[2])
         _check(index, count, source, repr(spec))
         return cls(index, count)
+
+
+def name(index: int | str, count: int) -> str:
+    """The one formatter of a shard in names: ``<i>of<N>``, where ``i`` may also be a pattern (a glob's
+    ``*``, a CI variable) that stands for every shard or the job's own."""
+    return f"{index}of{count}"
 
 
 def from_flags(count: int | None, index: int | None) -> Shard | None:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import yaml
 
+from harness import split
 from harness.ci import baseline_step
 from harness.ci.learned import decide as history_decides
 from harness.ci.matrix import CI_KINDS, Cell, CiSettings, Container, cells, harness_requirement, load
@@ -196,7 +197,7 @@ def _commands(
     elif not settings.prebuilt_image:
         setup = [f"python3 -m venv {_NOX_VENV} && {_NOX_VENV}/bin/pip install --quiet 'nox[uv]'"]
         nox = shlex.join([f"{_NOX_VENV}/bin/nox", "-s", cell.session])
-    shard = f"-$${{BUILDKITE_PARALLEL_JOB}}of{parallelism}" if parallelism > 1 else ""
+    shard = f"-{split.name('$${BUILDKITE_PARALLEL_JOB}', parallelism)}" if parallelism > 1 else ""
     summary = shlex.quote(out or cell.run_dir) + f"{shard}/summary.md"
     # the context harness run annotates with (summary.annotation_context), so a retried job's summary
     # replaces this line rather than standing beside it

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
+from harness import split
 from harness.config.pyproject import find_pyproject, read_table
 from harness.config.suites import parse_suite, run_dir
 from harness.config.validate import Bounds, expected, fields_of, hints, known
@@ -127,7 +128,11 @@ class Cell:
 
     def shard_dirs(self, parallelism: int) -> str:
         """The run directories of the cell's jobs as a glob (one per shard: ``harness run``'s default)."""
-        return run_dir(self.suite, self.platform, ("*", parallelism)) if parallelism > 1 else self.run_dir
+        return (
+            run_dir(self.suite, self.platform, split.name("*", parallelism))
+            if parallelism > 1
+            else self.run_dir
+        )
 
 
 def check_name(kind: str, value: str) -> str:

@@ -173,9 +173,9 @@ def check_paths(suite: Suite, root: Path) -> None:
                 raise ConfigError(f"{where}: {given!r} does not exist")
 
 
-def run_dir(suite: str, platform: str, shard: tuple[int | str, int] | None = None) -> str:
-    """A run's default directory, ``harness-out/<suite>-<platform>[-<i>of<N>]``: one per shard, so the
-    parallel jobs of one CI step upload their reports under different paths for the merge step (``i`` may
-    be a glob's ``*``: every shard's)."""
+def run_dir(suite: str, platform: str, shard: str | None = None) -> str:
+    """A run's default directory, ``harness-out/<suite>-<platform>[-<shard>]``: one per shard (``shard``:
+    its name, ``harness.split.Shard.name``), so the parallel jobs of one CI step upload their reports under
+    different paths for the merge step (a name may be a glob's: every shard's)."""
     name = f"harness-out/{suite}-{platform}"
-    return f"{name}-{shard[0]}of{shard[1]}" if shard else name
+    return f"{name}-{shard}" if shard else name

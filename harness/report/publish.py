@@ -9,11 +9,13 @@ from collections.abc import Mapping
 
 from harness.report.outcomes import worst
 from harness.report.schema import Report
+from harness.split import Shard
 
 
 def annotation_context(suite: str | None, platform: str | None, shard: str | None = None) -> str:
-    """``harness-<suite>-<platform>[-<i>of<N>]``: the Buildkite annotation a run (or its CI step) writes."""
-    parts = ("harness", suite, platform, shard.replace("/", "of") if shard else None)
+    """``harness-<suite>-<platform>[-<i>of<N>]``: the Buildkite annotation a run (or its CI step) writes;
+    ``shard`` as a report writes it (``i/N``), named as its run directory is (``Shard.name``)."""
+    parts = ("harness", suite, platform, Shard.parse(shard, "report shard").name if shard else None)
     return "-".join(str(part) for part in parts if part)
 
 

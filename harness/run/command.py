@@ -89,7 +89,7 @@ def main(args) -> int:
         variables, line = kept_cache.kept(Path(env[COMPILE_CACHE]), platform, env)
         env.update(variables)
         print(f"harness: {line}", file=sys.stderr)
-    where = (shard.index, shard.count) if shard else None
+    where = shard.name if shard else None
     moved = _moved(mode, given_history.history, platform)
     if moved is not None and not moved.tests and mode == "only":
         return 0  # the CPU job with nothing listed: nothing to run (said on stderr)

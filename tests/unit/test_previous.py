@@ -302,3 +302,30 @@ def test_a_file_the_harness_reads_back_goes_through_the_one_loader(module):
     source = (Path(__file__).resolve().parents[2] / module).read_text()
     for reading in (".read_text(", ".read_bytes(", "json.load(", "json.loads(", " open("):
         assert reading not in source, f"{module} reads a file itself ({reading})"
+
+
+@settings(max_examples=200, deadline=None)
+@given(count=st.integers(1, split.MAX_SHARDS), data=st.data())
+def test_one_shard_one_parser_one_formatter(count, data):
+    """A shard's every shape (``i/N`` on the command line and in reports, the record, the run directory,
+    the annotation) comes from ``Shard`` and reads back to it."""
+    from harness.config.suites import run_dir
+    from harness.report.publish import annotation_context
+
+    shard = split.Shard(data.draw(st.integers(0, count - 1)), count)
+    assert split.Shard.parse(str(shard)) == shard
+    made = split.plan(["a.py::t"], count, {}, split.Groups())
+    assert split.Shard.of_record(made.record(shard, {})) == shard
+    assert run_dir("s", "cpu", shard.name) == f"harness-out/s-cpu-{shard.index}of{count}"
+    assert annotation_context("s", "cpu", str(shard)) == f"harness-s-cpu-{shard.name}"
+
+
+def test_a_shard_is_named_in_one_place():
+    """Old code: ``<i>of<N>`` was written by run_dir, the annotation context and the Buildkite step."""
+    root = Path(__file__).resolve().parents[2] / "harness"
+    found = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if path.name != "split.py" and ("}of{" in path.read_text() or '"of")' in path.read_text())
+    ]
+    assert found == []
