@@ -170,8 +170,8 @@ def predicted(tree: Path) -> None:
 
     seconds, _, _ = recorded(tree / "harness-baseline/pooling-cpu")
     nodeids = sorted(seconds)
-    by_count = split.plan(nodeids, 2, {}, split.History())
-    by_time = split.plan(nodeids, 2, seconds, split.History())
+    by_count = split.plan(nodeids, 2, {}, split.Groups())
+    by_time = split.plan(nodeids, 2, seconds, split.Groups())
     for name, made in (("by test count", by_count), ("by main's durations", by_time)):
         took = [sum(seconds[n] for n in shard) for shard in made.shards]
         print(f"pr: split {name}: main's seconds per shard {spread(took)}")

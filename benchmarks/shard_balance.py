@@ -10,7 +10,7 @@ And a generated tree shaped like vLLM's ``tests/models``: 40 files, half of them
 engine that starts once per shard the file lands in (the start's seconds and each test's seconds drawn
 from the real reports in ``--runs``). pytest-shard puts each test by a SHA-256 of its node id; pytest-split's
 least_duration puts each test, longest first, on the lightest shard; the harness keeps a file's tests
-together where a module-scoped fixture starts a runner (``harness.split.History``) and splits the rest
+together where a module-scoped fixture starts a runner (``harness.split.Groups``) and splits the rest
 by test, longest first. Each splitter sees the same recorded seconds; the wall counts engine starts too.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness import split
 from harness.errors import HarnessError
-from harness.pytest_plugin.shard import select
+from harness.report.previous import durations
 
 Splitter = Callable[[list[str], dict[str, float], int], list[set[str]]]
 
@@ -49,9 +49,9 @@ def least_duration(nodeids: list[str], seconds: dict[str, float], count: int) ->
     return shards
 
 
-def harness_split(history: split.History) -> Splitter:
+def harness_split(groups: split.Groups) -> Splitter:
     def run(nodeids: list[str], seconds: dict[str, float], count: int) -> list[set[str]]:
-        return [select(nodeids, count, index, seconds, history)[0] for index in range(count)]
+        return [set(shard) for shard in split.plan(nodeids, count, seconds, groups).shards]
 
     return run
 
@@ -128,14 +128,15 @@ def main() -> int:
     counts = [int(part) for part in args.counts.split(",")]
     if args.own:
         try:
-            seconds, source, history = split.recorded(args.own)
+            found = durations(args.own)
+            seconds, source, history = dict(found.seconds), found.kind, found.groups
         except HarnessError as error:
             print(f"shard_balance: error: {error}", file=sys.stderr)
             return 2
         # a JUnit file or .test_durations records no runners: the harness keeps whole files together
         table(f"own suite ({source})", sorted(seconds), seconds, {}, history, counts)
     nodeids, seconds, engines, report = generated(args.runs, args.seed)
-    table("generated tests/models tree", nodeids, seconds, engines, split.History(report), counts)
+    table("generated tests/models tree", nodeids, seconds, engines, split.Groups(report), counts)
     return 0
 
 

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.config.variables import CONFIGURATIONS, FAILED, SENSITIVE
+from harness.config.variables import CONFIGURATIONS, SENSITIVE
 from harness.pytest_plugin import reruns
+from harness.report.marks import decode
 from harness.tracking.reuse import FRESH, FRESH_MARKER, LEAVE, REPLAY, TAKE
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class Reuse:
         self.pool, self.writer, self.modes = pool, writer, modes
         self.history = _history() if modes else {}
         self.sensitive = frozenset(t for t, v in self.history.items() if v == SENSITIVE)
-        self.failing = frozenset(t for t, v in self.history.items() if v.split(" ")[0] == FAILED)
+        self.failing = frozenset(t for t, v in self.history.items() if decode(v).failed)
         self.net = Net(self)
 
     @pytest.hookimpl(tryfirst=True)
