@@ -2,16 +2,18 @@
 
 Two sources, one shape: vLLM's ``quarantined_tests.json`` (its flaky detector's output: ``entries`` of
 ``test_id`` and ``backend``) and a plain list in ``[tool.harness] quarantine`` (a node id, or a table with
-``test``, ``until``, ``platform``, ``reason``). An entry past its ``until`` date gates again; one for
-another platform does not apply. An entry names a test as pytest does, from the rootdir or from the
-directory vLLM's CI runs in (``models/test_x.py::test_y`` covers ``tests/models/test_x.py::test_y``), and
-without its parameters it covers each of them.
+``test``, ``until``, ``platform``, ``reason``). One for another platform does not apply. Of this platform's
+entries that cover a test, the latest listed decides (the settings' list first, then the file's): if it
+holds today the test is quarantined, if it is past its ``until`` date the test gates again, whatever an
+earlier entry said; so an entry and what the run does never disagree. An entry names a test as pytest
+does, from the rootdir or from the directory vLLM's CI runs in (``models/test_x.py::test_y`` covers
+``tests/models/test_x.py::test_y``), and without its parameters it covers each of them.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness.errors import ConfigError
@@ -32,9 +34,13 @@ class Entry:
     reason: str = ""
     raw: Mapping[str, object] | None = field(default=None, compare=False, hash=False)  # vLLM's entry
 
-    def applies(self, platform: str, today: datetime.date) -> bool:
-        here = (None, platform, VLLM_BACKENDS.get(platform))
-        return self.platform in here and (self.until is None or today <= self.until)
+    def on(self, platform: str) -> bool:
+        """Whether it is for ``platform`` (by the harness's name or vLLM's backend name), or for every one."""
+        return self.platform in (None, platform, VLLM_BACKENDS.get(platform))
+
+    def holds(self, today: datetime.date) -> bool:
+        """Whether its ``until`` (inclusive) has not passed."""
+        return self.until is None or today <= self.until
 
     def covers(self, nodeid: str) -> bool:
         """The node id itself, its parametrisations, or either seen from a directory below the rootdir."""
@@ -113,16 +119,36 @@ def from_vllm(document: object, source: str) -> list[Entry]:
     return found
 
 
-def active(entries: Iterable[Entry], platform: str, today: datetime.date) -> list[Entry]:
-    """The entries that hold on ``platform`` today."""
-    return [entry for entry in entries if entry.applies(platform, today)]
+def deciding(nodeid: str, entries: Sequence[Entry]) -> Entry | None:
+    """The entry that decides for ``nodeid``: the latest listed of ``entries`` (one platform's) that covers
+    it; None when none does."""
+    return next((entry for entry in reversed(entries) if entry.covers(nodeid)), None)
 
 
-def match(nodeid: str, entries: Iterable[Entry]) -> Entry | None:
-    """The first entry that covers ``nodeid``."""
-    return next((entry for entry in entries if entry.covers(nodeid)), None)
+@dataclass(frozen=True)
+class Decided:
+    """A suite's tests under a quarantine: those it holds (node id -> its entry), and the entries past their
+    date that decide for a test (it gates again), each once, in list order."""
+
+    held: dict[str, Entry]
+    ended: list[Entry]
+
+    def lines(self) -> list[str]:
+        """What the run says of it: the suite's quarantined tests counted, and each ended entry."""
+        said = [f"harness: {len(self.held)} quarantined tests run without gating"] if self.held else []
+        return said + [
+            f"harness: quarantine of {entry.test} ended {entry.until}: it gates again" for entry in self.ended
+        ]
 
 
-def expired(entries: Iterable[Entry], today: datetime.date) -> list[Entry]:
-    """Entries whose date has passed: their tests gate again, and the run says so."""
-    return [entry for entry in entries if entry.until is not None and today > entry.until]
+def decide(nodeids: Iterable[str], entries: Sequence[Entry], today: datetime.date) -> Decided:
+    """Each test's deciding entry (``deciding``; ``entries`` of one platform): held today, or ended."""
+    held: dict[str, Entry] = {}
+    ended: dict[Entry, None] = {}
+    for nodeid in nodeids:
+        entry = deciding(nodeid, entries)
+        if entry is not None and entry.holds(today):
+            held[nodeid] = entry
+        elif entry is not None:
+            ended[entry] = None
+    return Decided(held, list(ended))

@@ -1,7 +1,8 @@
 """``finalize(run_dir)``: the one place that reads a run directory (``phases.json``, ``ledger/``,
 ``junit/``) and writes ``report.json``, ``junit.xml``, ``summary.md``, ``timeline.svg`` and
-``report.html``; the other report modules only turn the report dict into text, so every file is written
-the same crash-safe way.
+``report.html`` through ``write``, the one writer of a report's files (``harness merge`` writes its merged
+report through it too); the other report modules only turn the report dict into text, so every file is
+written the same crash-safe way.
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from harness.errors import InfrastructureError
 from harness.ledger.redaction import Redactor
 from harness.report import baseline as before_after
-from harness.report import history_lines, html, junit, summary, timeline
+from harness.report import history_lines, html, junit, out, summary, timeline
 from harness.report.build import build
 from harness.report.publish import publish as publish_summary
 from harness.report.schema import Report
 from harness.select import record as selected
-from harness.report.store import write_atomic
 
 
 def finalize(
@@ -40,34 +39,41 @@ def finalize(
     before → after.
     """
     env = os.environ if env is None else env
-    run_dir = Path(run_dir)
+    run_dir = out.directory(run_dir, "the run directory")
     redactor = Redactor(env, sys.argv if args is None else args)
     report = redactor.data(build(run_dir, env))
     opening = before_after.lines(report, baseline) + history_lines.lines(report) + _selection(report)
     text = summary.render(report, opening=opening)
+    junit_xml = junit.merge(
+        run_dir / "junit", report["records"], report["tests"], redactor.text, report.get("reruns", [])
+    )
+    for stale in run_dir.glob(".*.tmp"):  # a write of an earlier run killed before its rename
+        stale.unlink(missing_ok=True)
+    for path, content in junit.redacted(run_dir / "junit", redactor.text):  # failure texts carry them too
+        out.write(path, content, "the run directory's JUnit file")
+    write(run_dir, report, text, junit_xml)
+    if publish:
+        publish_summary(text, report, env)
+    return report
+
+
+def write(directory: Path, report: Report, summary_md: str, junit_xml: str) -> None:
+    """The one writer of a report's files (``harness report``, ``harness run`` and ``harness merge``): its
+    ``report.json`` whole, and the text, JUnit, timeline and page made from it, each atomically onto a
+    regular file or a new path (``harness.report.out``)."""
     svg = timeline.svg(report)
     files = {
         # allow_nan=False: NaN is not JSON; the build never lets one through, this keeps it so
         "report.json": json.dumps(report, indent=1, sort_keys=False, allow_nan=False) + "\n",
-        "junit.xml": junit.merge(
-            run_dir / "junit", report["records"], report["tests"], redactor.text, report.get("reruns", [])
-        ),
-        "summary.md": text,
+        "junit.xml": junit_xml,
+        "summary.md": summary_md,
         "timeline.svg": svg,
-        "report.html": html.page(report, svg, text),
+        "report.html": html.page(report, svg, summary_md),
     }
-    try:
-        for stale in run_dir.glob(".*.tmp"):  # a write of an earlier run killed before its rename
-            stale.unlink(missing_ok=True)
-        for path, content in junit.redacted(run_dir / "junit", redactor.text):  # failure texts carry them too
-            write_atomic(path, content)
-        for name, content in files.items():
-            write_atomic(run_dir / name, content)
-    except OSError as error:  # a full disk, a directory made read-only meanwhile
-        raise InfrastructureError(f"{run_dir}: cannot write the report ({error.strerror or error})") from None
-    if publish:
-        publish_summary(text, report, env)
-    return report
+    for name in files:  # every path checked before the first is written: all of them or none
+        out.target(directory / name, "a report file")
+    for name, content in files.items():
+        out.write(directory / name, content, "a report file")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -6,7 +6,10 @@ noise, over 90 % is broken, not flaky); a quarantined test whose last 5 runs in 
 earned its way back. The builds' reports are what the CI already keeps, so the harness applies that rule to
 them and writes vLLM's ``quarantined_tests.json``: a file the run reads back as its quarantine.
 
-The window ends at the newest report given (so an archive of last month's builds is judged as of then).
+Every try of every build counts once: a retried test's failed tries and its retries (a test passing only on
+a retry is flaky), a quarantined test's failures (pytest's xfail, recorded as ``skipped`` with a failure
+class); a build given twice, under any path, counts once (``identity``). The window ends at the newest
+report given (so an archive of last month's builds is judged as of then).
 """
 
 from __future__ import annotations
@@ -15,25 +18,23 @@ import datetime
 import json
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import NamedTuple
 
 from harness import quarantine
 from harness.errors import ReportError
 from harness.platform import VLLM_BACKENDS
-from harness.report import store
-from harness.report.schema import Report
+from harness.report import out, store
+from harness.report.schema import Report, Rerun
 
 MIN_RUNS = 5
 LOW, HIGH = 0.1, 0.9  # failure rates strictly between these are flaky
 WINDOW = datetime.timedelta(days=7)
 BACK_AFTER = 5  # passes in a row that take a test out of quarantine
 FAILED = ("failed", "error")
-COUNTED = ("passed", *FAILED)  # a skipped test says nothing of flakiness
 
 
 class Run(NamedTuple):
-    """One test's outcome in one build."""
+    """One try of a test in one build."""
 
     test: str
     backend: str
@@ -42,15 +43,61 @@ class Run(NamedTuple):
 
 
 def runs(report: Report) -> list[Run]:
-    """A report's tests as runs on its platform's vLLM backend; skipped tests left out."""
+    """Every try of a report's tests, as runs on its platform's vLLM backend: a retried test's first try
+    and each retry (its ``reruns``), so a test passing only on a retry has a failed run; a quarantined
+    test's failure (recorded as ``skipped`` with its failure class) is a failed run. A skipped try says
+    nothing of flakiness and is left out."""
     backend = VLLM_BACKENDS.get(report["platform"]["name"] or "", "other")
-    stamp = report.get("started") or report.get("generated") or 0.0
-    when = datetime.datetime.fromtimestamp(stamp, datetime.UTC)
-    return [
-        Run(test["nodeid"], backend, test["outcome"] == "passed", when)
-        for test in report["tests"]
-        if test.get("outcome") in COUNTED and isinstance(test.get("nodeid"), str)
-    ]
+    when = datetime.datetime.fromtimestamp(_stamp(report), datetime.UTC)
+    retried: dict[tuple[str, str | None], list[Rerun]] = {}
+    for rerun in report.get("reruns", []):
+        retried.setdefault((rerun["test"], rerun.get("phase")), []).append(rerun)
+    found = []
+    for test in report["tests"]:
+        tries = retried.pop((test["nodeid"], test.get("phase")), None)
+        outcomes = _tries(tries) if tries else [(test["outcome"], test.get("failure_class"))]
+        found += [
+            Run(test["nodeid"], backend, passed, when)
+            for passed in map(_passed, outcomes)
+            if passed is not None
+        ]
+    for (nodeid, _), tries in retried.items():  # retries of a test whose own event is missing (a crash)
+        found += [
+            Run(nodeid, backend, passed, when) for passed in map(_passed, _tries(tries)) if passed is not None
+        ]
+    return found
+
+
+def _tries(reruns: list[Rerun]) -> list[tuple[str, object]]:
+    """A retried test's tries in order: the first (as every retry's record keeps it), then each retry."""
+    ordered = sorted(reruns, key=lambda rerun: rerun["attempt"])
+    first = ordered[0]
+    tries: list[tuple[str, object]] = [(first["first_outcome"], first.get("first_failure_class"))]
+    return tries + [(rerun["outcome"], rerun.get("failure_class")) for rerun in ordered]
+
+
+def _passed(outcome: tuple[str, object]) -> bool | None:
+    """A try's verdict: passed, failed (a quarantined failure is pytest's xfail, ``skipped`` with a failure
+    class), or None for a try that skipped."""
+    word, failure_class = outcome
+    if word == "passed":
+        return True
+    if word in FAILED or (word == "skipped" and failure_class):
+        return False
+    return None
+
+
+def _stamp(report: Report) -> float:
+    return report.get("started") or report.get("generated") or 0.0
+
+
+def identity(report: Report) -> tuple:
+    """What makes two reports one build's: its suite, platform, shard and start (the report's own time
+    when it has none), whatever path or copy it was given as; ``harness report`` run again on one run
+    directory makes the same build."""
+    commit = (report.get("versions") or {}).get("git_commit")
+    start = report.get("started") or report.get("generated")
+    return (report.get("suite"), report["platform"]["name"], report.get("shard"), commit, start)
 
 
 def flaky(history: Iterable[Run], now: datetime.datetime) -> list[dict]:
@@ -95,12 +142,12 @@ def back(entry: quarantine.Entry, history: Iterable[Run], now: datetime.datetime
 
 
 def main(args) -> int:
-    reports = [store.load(path) for path in args.reports]
-    if not reports:
+    given = [store.load(path) for path in args.reports]
+    if not given:
         raise ReportError("harness flaky: no reports given")
+    reports = list({identity(report): report for report in given}.values())  # a build given twice: once
     history = [run for report in reports for run in runs(report)]
-    newest = max(report.get("started") or report.get("generated") or 0.0 for report in reports)
-    now = datetime.datetime.fromtimestamp(newest, datetime.UTC)
+    now = datetime.datetime.fromtimestamp(max(map(_stamp, reports)), datetime.UTC)
     current = store.quarantine_list(args.quarantine) if args.quarantine else []
     kept = [entry for entry in current if not back(entry, history, now)]
     found = flaky(history, now)
@@ -110,13 +157,14 @@ def main(args) -> int:
     document = {"generated_at": now.isoformat(), "entries": sorted(entries, key=_order)}
     text = json.dumps(document, indent=2) + "\n"
     if args.out:
-        store.write_atomic(Path(args.out), text)
+        out.write(args.out, text)
     else:
         sys.stdout.write(text)
     came_back = len(current) - len(kept)
+    twice = f" ({len(given) - len(reports)} given twice, counted once)" if len(given) > len(reports) else ""
     print(
-        f"harness flaky: {len(reports)} reports, {len(entries)} quarantined ({len(added)} newly flaky), "
-        f"{came_back} back from quarantine",
+        f"harness flaky: {len(reports)} reports{twice}, {len(entries)} quarantined ({len(added)} newly "
+        f"flaky), {came_back} back from quarantine",
         file=sys.stderr,
     )
     return 0

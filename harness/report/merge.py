@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import os
 import sys
-from pathlib import Path
 
-from harness.errors import HarnessError, InfrastructureError
+from harness.errors import HarnessError
 from harness.report import baseline as before_after
-from harness.report import summary
+from harness.report import junit, summary
 from harness.report.compare import Gate, load_checked
+from harness.report.finalize import write
+from harness.report.out import directory
 from harness.report.publish import publish
-from harness.report.store import write_atomic
 from harness.report.union import line, merge
 
 
@@ -30,20 +29,17 @@ def main(args: argparse.Namespace) -> int:
     gates = [Gate.parse(spec) for spec in args.fail_on_regression]
     if gates and not args.baseline:
         raise HarnessError("--fail-on-regression needs --baseline: what would this build be worse than?")
+    out = directory(args.out)
     before_after.refuse_itself(args.out, args.baseline)
     report = merge([load_checked(shard) for shard in args.shards], list(args.shards))
-    out = Path(args.out)
     accounting = report.get("accounting")
     said = line(accounting, f"{len(args.shards)} shards") if accounting else None
     opening = [html.escape(said, quote=False), ""] if said else []  # node ids are text, not markup
     text = summary.render(report, opening=opening + before_after.lines(report, args.baseline))
-    try:
-        write_atomic(out / "report.json", json.dumps(report, indent=1, allow_nan=False) + "\n")
-        write_atomic(out / "summary.md", text)
-    except OSError as error:
-        raise InfrastructureError(
-            f"{out}: cannot write the merged report ({error.strerror or error})"
-        ) from None
+    junit_xml = junit.merge(
+        out / "junit", report["records"], report["tests"], reruns=report.get("reruns", [])
+    )
+    write(out, report, text, junit_xml)  # the one writer: every field the shards' reports hold
     publish(text, report, os.environ)
     total = report["starts"]["total"]
     shown = f"{len(args.shards)} shards, {len(report['tests'])} tests, {total['starts']} runner starts"

@@ -6,8 +6,9 @@ present: anything else is one line and exit 2, never a wrong sum. Each shard rec
 (``harness.split.Plan.record``: the selection's size and digest, the split's digest and inputs, the tests
 it was assigned); ``account`` checks that the shards agree on all of it, that their assigned tests make the
 selection exactly, and names the tests that ran in no shard or in two (a failed proof: ``harness merge``
-exits 1). A phase's wall is its slowest shard's (they ran side by side); tests, runner records, findings
-and reuse events are the shards' together; starts, files and advice are counted again from them.
+exits 1). A phase's wall is its slowest shard's (they ran side by side); tests, runner records, findings,
+reuse events and retries (``reruns``: each shard's, so pass@1 and a test passing only on a retry in any
+shard survive) are the shards' together; starts, files and advice are counted again from them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from harness.report.outcomes import worst
 from harness.report.schema import Report
 from harness.split import Shard, digest
 
-LISTS = ("tests", "records", "findings", "workers", "reuses", "reuse_refusals", "splits")
+# every per-test and per-event list a shard holds: a list left out would keep only the first shard's
+LISTS = ("tests", "records", "findings", "workers", "reuses", "reuse_refusals", "reruns", "splits")
 NAMED = 5  # tests named in a line; the report's ``accounting`` lists them all
 
 
@@ -38,7 +40,7 @@ def merge(reports: list[Report], names: list[str]) -> Report:
     merged["samples"] = sorted((s for r in reports for s in r.get("samples", [])), key=lambda s: s["t"])
     merged["devices"] = list({d["uuid"]: d for r in reports for d in r.get("devices", [])}.values())
     merged["phases"] = _phases(reports)
-    merged["starts"] = starts(merged["records"], merged["reuses"])
+    merged["starts"] = starts(merged["records"], merged["reuses"], merged["reruns"])
     merged["files"] = files(merged["tests"])
     merged["advice"] = advisor.advise(merged["records"])
     merged["gpu_free"] = gpu_free.joined(  # each shard's own: its workers' names are every shard's too

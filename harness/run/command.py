@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from harness.ledger.redaction import Redactor
 from harness.platform import detect
 from harness.platform.slots import auto_workers
 from harness.report import baseline as before_after
-from harness.report import gpu_free_job
+from harness.report import gpu_free_job, quarantine_list
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS
 from harness.report.previous import History
@@ -70,6 +71,10 @@ def main(args) -> int:
     platform = detection.platform.name
     pyproject = find_pyproject()
     settings = load_settings(platform, pyproject, env)
+    root = pyproject.parent if pyproject else Path.cwd()  # a missing or bad quarantine file: one line, now
+    quarantined = quarantine_list.held(
+        quarantine_list.entries(settings.quarantine, settings.quarantine_file, root, platform)
+    )
     suite = load_suite(read_table(pyproject), args.suite, args.phases)
     selecting.check(args.changed_since, args.shadow)
     env[PACKAGES_VARIABLE] = selecting.packages(read_table(pyproject))  # what footprints record
@@ -89,7 +94,7 @@ def main(args) -> int:
         variables, line = kept_cache.kept(Path(env[COMPILE_CACHE]), platform, env)
         env.update(variables)
         print(f"harness: {line}", file=sys.stderr)
-    where = shard.name if shard else None
+    where = (shard.index, shard.count) if shard else None
     moved = _moved(mode, given_history.history, platform)
     if moved is not None and not moved.tests and mode == "only":
         return 0  # the CPU job with nothing listed: nothing to run (said on stderr)
@@ -108,11 +113,13 @@ def main(args) -> int:
                 env[GPU_FREE_TESTS] = str((out / "gpu-free.json").resolve())
             run = _Run(out, {}, {}, extra, env, settings, Console(), ci_deadline(env), lock)
             run.baseline = baseline
+            run.quarantined = quarantined
             run.previous, run.weights = given_history.history, given_history.weights
             run.history = given_history.record
             run.learned = bool(args.timeouts_from_history)
             if args.changed_since:  # --changed-since REF [--shadow]: decided after the run's one collection
-                run.changed = (args.changed_since, args.shadow)
+                history = options.value(options.HISTORY_OPTION, args.history, env)
+                run.changed = (args.changed_since, args.shadow, history)
                 run.table = read_table(pyproject)
             return _run(run, suite, detection, shard, args.fail_fast)
         except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
@@ -168,7 +175,8 @@ class _Run:
     rootdir: Path | None = None  # pytest's, from the run's collection: node ids are relative to it
     broken: bool = False  # a shard whose collection failed: its phases only collect, to show why
     history: dict | None = None  # --history: its source and the tests that failed there, or why none
-    changed: tuple | None = None  # --changed-since REF and --shadow (harness.run.selecting)
+    quarantined: Callable[[str], bool] | None = None  # whether a test is quarantined: its crash does not gate
+    changed: tuple | None = None  # --changed-since REF, --shadow, the history (harness.run.selecting)
     table: dict = field(default_factory=dict)  # [tool.harness], for [tool.harness.select]
 
 
@@ -201,9 +209,9 @@ def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
     suite = Suite(suite.name, tuple(p.narrowed(chosen["markers"], chosen["keywords"]) for p in suite.phases))
     run.earlier = claimed([phase.name for phase in suite.phases], run.found or {})
     if run.changed:
-        ref, shadow = run.changed
+        ref, shadow, history = run.changed
         meta["selection"] = selecting.prepare(
-            ref, shadow, run.previous, run.table, run.found, chosen.get("rootdir"), out, env
+            ref, shadow, history, run.table, suite.name, run.found, chosen.get("rootdir"), out, env
         )
         _write(out, meta)
     if shard:
@@ -257,7 +265,7 @@ def _phase(run: _Run, phase) -> dict:
         args_ = select(None)
         env = {**run.env, "HARNESS_PHASE": phase.name}
         command = [sys.executable, "-m", "pytest"]
-        result = run_resuming(select, command, env, timeout, run.out, phase.name, [run.lock])
+        result = run_resuming(select, command, env, timeout, run.out, phase.name, [run.lock], run.quarantined)
     wall = time.time() - started
     entry = {"name": phase.name, "started": started, "wall_s": round(wall, 3), "args": args_, **result}
     entry["selected"] = count

@@ -30,8 +30,10 @@ def run_resuming(
     out: Path,
     phase: str,
     keep: Sequence[int] = (),
+    quarantined: Callable[[str], bool] | None = None,
 ) -> dict:
-    """Run a phase (``command`` + ``select(paths)``), resumed after crashes; its ``phases.json`` fields."""
+    """Run a phase (``command`` + ``select(paths)``), resumed after crashes; its ``phases.json`` fields.
+    A crash of a ``quarantined`` test only does not fail the phase (its failure would not have)."""
     ledger_dir = out / "ledger" / phase
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     codes: list[int] = []
@@ -43,9 +45,12 @@ def run_resuming(
         args = [*select(paths), f"--junitxml={junit}", f"--harness-ledger-dir={ledger_dir}"]
         remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         ended = run_phase([*command, *args], env, remaining, keep)
-        died = _record_crashes(ledger_dir, ended)
+        crashed = _record_crashes(ledger_dir, ended)
         before, crashes = crashes, _crashes(ledger_dir)
-        codes.append(TESTS_FAILED if died and not (ended.timed_out or ended.stopped) else ended.code)
+        code = ended.code
+        if crashed and not (ended.timed_out or ended.stopped):  # its pytest died: its code says nothing
+            code = TESTS_FAILED if _gating_failure(ledger_dir, quarantined) else 0
+        codes.append(code)
         if ended.timed_out or ended.stopped or crashes == before:
             break  # only a crash cut the phase short; -x or --maxfail stop it on purpose
         previous, left = left, _left(ledger_dir)
@@ -54,15 +59,15 @@ def run_resuming(
         lines = _arguments(left, list(ledger.read(ledger_dir).collected))
         paths = (f"@{_args_file(out, phase, attempt, lines)}",)  # one argument: pytest reads the file
     return {
-        "exit_code": codes[0] if len(codes) == 1 else max(worst(codes), TESTS_FAILED),
+        "exit_code": codes[0] if len(codes) == 1 else worst(codes),  # a crash that gates made one 1
         "timed_out": ended.timed_out,
         "stopped": ended.stopped and str(ended.stopped),
         "attempts": len(codes),
     }
 
 
-def _record_crashes(ledger_dir: Path, ended: Ended) -> bool:
-    """A ``crash`` event for each test this attempt started and never finished; whether there was one."""
+def _record_crashes(ledger_dir: Path, ended: Ended) -> list[str]:
+    """A ``crash`` event for each test this attempt started and never finished; those tests."""
     if ended.stopped:
         how = f"was stopped: harness run got {ended.stopped}"
     elif ended.timed_out:
@@ -75,7 +80,16 @@ def _record_crashes(ledger_dir: Path, ended: Ended) -> bool:
         for test in tests:
             writer.write("crash", test=test, worker="harness", how=how)
         writer.close()
-    return bool(tests)
+    return tests
+
+
+def _gating_failure(ledger_dir: Path, quarantined: Callable[[str], bool] | None) -> bool:
+    """Whether a test of the phase failed and gates: not a quarantined one (its crash is in the ledger as an
+    error; its other failures are pytest's xfail, recorded as skipped)."""
+    return any(
+        test["outcome"] in ("failed", "error") and not (quarantined and quarantined(test["nodeid"]))
+        for test in ledger.read(ledger_dir).tests
+    )
 
 
 def _crashes(ledger_dir: Path) -> int:

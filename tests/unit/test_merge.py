@@ -9,13 +9,16 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import split
 from harness.cli import main as harness
 from harness.errors import HarnessError
+from harness.report import schema, summary
+from harness.report.build import files, starts
 from harness.report.union import merge
+from tests.unit.schema_strategies import fields, of
 
 RUNS = Path(__file__).resolve().parents[2] / "docs" / "runs"
 
@@ -306,3 +309,73 @@ def test_any_permutation_duplication_or_omission_of_shard_reports_is_merged_exac
     if accounting["proven"]:
         assert sorted(t["nodeid"] for t in merged["tests"]) == sorted(selection)
         assert accounting["accounted"] == accounting["tests"] == len(selection)
+
+
+def _with_retry(report: dict, nodeid: str) -> dict:
+    """``report`` where ``nodeid`` passed only on its retry (the ledger's ``rerun`` event)."""
+    rerun = {
+        "t": 1.0, "test": nodeid, "attempt": 2, "outcome": "passed", "when": "call", "message": None,
+        "longrepr": None, "first_outcome": "failed", "first_message": "boom", "first_longrepr": "boom",
+        "failure_class": None, "first_failure_class": "network", "why": "network", "policy": "retry",
+        "starts": 0, "started_s": 0.0, "reused": 0, "reused_s": 0.0, "result": "passed", "counts": 2,
+        "verdict": "flaky", "file": nodeid.split("::")[0], "worker": None, "phase": "p",
+    }  # fmt: skip
+    return {**report, "reruns": [*report.get("reruns", []), rerun]}
+
+
+def test_a_test_passing_only_on_a_retry_in_a_later_shard_is_not_a_plain_pass(tmp_path, capsys):
+    """Its retry is the merged report's, so pass@1 says it, JUnit carries it, and the one writer wrote
+    every file a run directory has."""
+    selection = [f"t/test_{i}.py::test_x" for i in range(4)]
+    reports = shard_reports(selection, 2)
+    later = reports[1]["tests"][0]["nodeid"]
+    reports[1] = _with_retry(reports[1], later)
+    paths = []
+    for index, report in enumerate(reports):
+        tests = [{**test, "t": 1.0, "worker": None, "device": None, "phase": "p"} for test in report["tests"]]
+        whole = {**report, "tests": tests, "generated": 1.0, "starts": starts([]), "files": files(tests)}
+        paths.append(str(tmp_path / f"s{index}.json"))
+        Path(paths[-1]).write_text(json.dumps(whole))
+    assert harness(["merge", *paths, "--out", str(tmp_path / "merged")]) == 0
+    merged = json.loads((tmp_path / "merged" / "report.json").read_text())
+    assert [rerun["test"] for rerun in merged["reruns"]] == [later]
+    assert merged["starts"]["total"]["retries"] == 1
+    summary = (tmp_path / "merged" / "summary.md").read_text()
+    assert "pass@1: 3 of 4 tests passed on their first try; finally 4 passed (1 only on a retry)" in summary
+    written = sorted(path.name for path in (tmp_path / "merged").iterdir())
+    assert written == ["junit.xml", "report.html", "report.json", "summary.md", "timeline.svg"]
+
+
+TEST_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        name: of(hint)
+        for name, hint in fields(schema.TestResult)[0].items()
+        if name not in ("nodeid", "file")
+    },
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(selection=NODEIDS, count=st.integers(1, 4), data=st.data())
+def test_merge_loses_no_per_test_field(selection, count, data):
+    """Shards' reports whose tests and retries carry any fields the schema allows: the merged report holds
+    each shard's every test and every retry, field for field, and its retries are counted and said."""
+    reports = shard_reports(selection, count)
+    for report in reports:
+        for index, test in enumerate(report["tests"]):
+            report["tests"][index] = {**test, **data.draw(TEST_FIELDS), "nodeid": test["nodeid"]}
+        names = [test["nodeid"] for test in report["tests"]]
+        if names:
+            tried = data.draw(st.lists(st.sampled_from(names), max_size=3))
+            report["reruns"] = [{**data.draw(of(schema.Rerun)), "test": name} for name in tried]
+
+    def each(items):
+        return sorted(json.dumps(item, sort_keys=True) for item in items)
+
+    merged = merge(copy.deepcopy(reports), [f"r{i}" for i in range(count)])
+    assert each(merged["tests"]) == each(t for r in reports for t in r["tests"])
+    assert each(merged["reruns"]) == each(x for r in reports for x in r.get("reruns", []))
+    retries = sum(len(r.get("reruns", [])) for r in reports)
+    assert merged["starts"]["total"].get("retries", 0) == retries
+    assert ("pass@1:" in summary.render(merged)) == bool(retries)

@@ -103,8 +103,10 @@ def test_dates_and_platforms() -> None:
             "e.py::t",
         ]
     )
-    assert [e.test for e in quarantine.active(entries, "xpu", TODAY)] == ["a.py::t", "d.py::t", "e.py::t"]
-    assert [e.test for e in quarantine.expired(entries, TODAY)] == ["b.py::t"]
+    mine = [entry for entry in entries if entry.on("xpu")]
+    decided = quarantine.decide([f"{name}.py::t" for name in "abcde"], mine, TODAY)
+    assert sorted(decided.held) == ["a.py::t", "d.py::t", "e.py::t"]
+    assert [entry.test for entry in decided.ended] == ["b.py::t"]
 
 
 def history(tests: int, builds: list[tuple[int, int]]) -> list[flaky.Run]:
@@ -294,3 +296,106 @@ def test_harness_flaky_reads_this_projects_real_reports() -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["entries"] == []
     assert f"{len(runs)} reports, 0 quarantined" in done.stderr
+
+
+@pytest.mark.parametrize("expired_last", [True, False])
+def test_the_latest_entry_for_a_test_decides(pytester: pytest.Pytester, expired_last: bool) -> None:
+    """An ended entry beside one that holds: the one listed last decides, and what the run says agrees with
+    what it does (an ended one that decides gates, and says so; one that does not decide is not said)."""
+    pytester.makepyfile(test_q=QUARANTINED)
+    entries = [
+        '"test_q.py::test_expired_fails"',
+        '{test = "test_q.py::test_expired_fails", until = "2020-01-01"}',
+    ]
+    listed = ", ".join(entries if expired_last else entries[::-1])
+    pytester.makepyprojecttoml(f"[tool.harness]\nquarantine = [{listed}]\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "expired")
+    said = "*quarantine of test_q.py::test_expired_fails ended 2020-01-01: it gates again*"
+    if expired_last:
+        assert result.ret == 1
+        result.stdout.fnmatch_lines([said])
+    else:
+        assert result.ret == 0
+        result.stdout.no_fnmatch_line(said)
+        result.stdout.fnmatch_lines(["*1 quarantined tests run without gating*"])
+
+
+def test_counts_are_of_the_suites_tests_not_entries(pytester: pytest.Pytester) -> None:
+    """One entry without parameters covers three parametrisations; an entry for a test not in the suite
+    counts nothing."""
+    pytester.makepyfile(
+        test_p="import pytest\n\n@pytest.mark.parametrize('n', [1, 2, 3])\ndef test_p(n):\n    assert n < 2\n"
+    )
+    pytester.makepyprojecttoml('[tool.harness]\nquarantine = ["test_p.py::test_p", "test_gone.py::test_x"]\n')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*harness: 3 quarantined tests run without gating*"])
+
+
+CRASHING = """
+import os
+
+def test_crash():
+    os._exit(3)
+
+def test_fine():
+    pass
+"""
+
+
+def test_a_quarantined_tests_crash_under_xdist_does_not_fail_the_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_c=CRASHING)
+    pytester.makepyprojecttoml('[tool.harness]\nquarantine = ["test_c.py::test_crash"]\n')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "1", "-rxX")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    result.stdout.fnmatch_lines(["*XFAIL*test_c.py::test_crash*quarantined*"])
+
+
+SERIAL = """
+[tool.harness]
+quarantine = ["tests/test_c.py::test_crash"]
+{extra}
+[tool.harness.suites.models]
+paths = ["tests"]
+
+[[tool.harness.suites.models.phases]]
+name = "p"
+workers = "serial"
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, fake_gpus):
+    fake_gpus([], vendor="nvidia")
+    pytester.mkdir("tests")
+    (pytester.path / "tests" / "test_c.py").write_text(CRASHING)
+    return pytester.path
+
+
+def test_a_quarantined_tests_crash_in_a_serial_phase_does_not_fail_harness_run(project: Path) -> None:
+    """Its process dies: the crash is recorded (an error, for ``harness flaky``), the phase resumes, and
+    the run passes as the test's own failure would have let it."""
+    (project / "pyproject.toml").write_text(SERIAL.format(extra=""))
+    from harness.cli import main as harness
+
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
+    report = json.loads((project / "out" / "report.json").read_text())
+    assert {t["nodeid"]: t["outcome"] for t in report["tests"]} == {
+        "tests/test_c.py::test_crash": "error",
+        "tests/test_c.py::test_fine": "passed",
+    }
+
+
+@pytest.mark.parametrize("content", [None, "{not json", '{"entries": [{"test_id": "x", "backend": "mars"}]}'])
+def test_a_missing_or_bad_quarantine_file_is_one_line_before_any_phase(
+    project: Path, capsys, content
+) -> None:
+    (project / "pyproject.toml").write_text(SERIAL.format(extra='quarantine_file = "q.json"'))
+    if content is not None:
+        (project / "q.json").write_text(content)
+    from harness.cli import main as harness
+
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("harness: error: ") and "q.json" in err
+    assert not (project / "out").exists()  # before any phase: no run directory, no report
