@@ -16,7 +16,6 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from harness.ledger.redaction import Redactor
 from harness.platform import detect
 from harness.platform.slots import auto_workers
 from harness.report import baseline as before_after
-from harness.report import gpu_free_job, quarantine_list
+from harness.report import gpu_free_job
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS
 from harness.report.previous import History
@@ -71,10 +70,6 @@ def main(args) -> int:
     platform = detection.platform.name
     pyproject = find_pyproject()
     settings = load_settings(platform, pyproject, env)
-    root = pyproject.parent if pyproject else Path.cwd()  # a missing or bad quarantine file: one line, now
-    quarantined = quarantine_list.held(
-        quarantine_list.entries(settings.quarantine, settings.quarantine_file, root, platform)
-    )
     suite = load_suite(read_table(pyproject), args.suite, args.phases)
     selecting.check(args.changed_since, args.shadow)
     env[PACKAGES_VARIABLE] = selecting.packages(read_table(pyproject))  # what footprints record
@@ -94,7 +89,7 @@ def main(args) -> int:
         variables, line = kept_cache.kept(Path(env[COMPILE_CACHE]), platform, env)
         env.update(variables)
         print(f"harness: {line}", file=sys.stderr)
-    where = (shard.index, shard.count) if shard else None
+    where = shard.name if shard else None
     moved = _moved(mode, given_history.history, platform)
     if moved is not None and not moved.tests and mode == "only":
         return 0  # the CPU job with nothing listed: nothing to run (said on stderr)
@@ -113,13 +108,11 @@ def main(args) -> int:
                 env[GPU_FREE_TESTS] = str((out / "gpu-free.json").resolve())
             run = _Run(out, {}, {}, extra, env, settings, Console(), ci_deadline(env), lock)
             run.baseline = baseline
-            run.quarantined = quarantined
             run.previous, run.weights = given_history.history, given_history.weights
             run.history = given_history.record
             run.learned = bool(args.timeouts_from_history)
             if args.changed_since:  # --changed-since REF [--shadow]: decided after the run's one collection
-                history = options.value(options.HISTORY_OPTION, args.history, env)
-                run.changed = (args.changed_since, args.shadow, history)
+                run.changed = (args.changed_since, args.shadow)
                 run.table = read_table(pyproject)
             return _run(run, suite, detection, shard, args.fail_fast)
         except Stopped as stopped:  # before the first phase: nothing ran, nothing to report
@@ -175,8 +168,7 @@ class _Run:
     rootdir: Path | None = None  # pytest's, from the run's collection: node ids are relative to it
     broken: bool = False  # a shard whose collection failed: its phases only collect, to show why
     history: dict | None = None  # --history: its source and the tests that failed there, or why none
-    quarantined: Callable[[str], bool] | None = None  # whether a test is quarantined: its crash does not gate
-    changed: tuple | None = None  # --changed-since REF, --shadow, the history (harness.run.selecting)
+    changed: tuple | None = None  # --changed-since REF and --shadow (harness.run.selecting)
     table: dict = field(default_factory=dict)  # [tool.harness], for [tool.harness.select]
 
 
@@ -209,16 +201,15 @@ def _run(run: _Run, suite: Suite, detection, shard, fail_fast: bool) -> int:
     suite = Suite(suite.name, tuple(p.narrowed(chosen["markers"], chosen["keywords"]) for p in suite.phases))
     run.earlier = claimed([phase.name for phase in suite.phases], run.found or {})
     if run.changed:
-        ref, shadow, history = run.changed
+        ref, shadow = run.changed
         meta["selection"] = selecting.prepare(
-            ref, shadow, history, run.table, suite.name, run.found, chosen.get("rootdir"), out, env
+            ref, shadow, run.previous, run.table, run.found, chosen.get("rootdir"), out, env
         )
         _write(out, meta)
     if shard:
         _split(run, suite, shard, chosen)
-    if run.learned:  # computed with the order the phases' pytest will give (the collection's)
-        collected = None if run.found is None else list(run.found.values())
-        past.timeouts(run.previous, settings.test_timeout_s, collected, out, env)
+    if run.learned:  # computed with the order each phase's pytest gives its own tests (the collection's)
+        past.timeouts(run.previous, settings.test_timeout_s, _phases_tests(run), out, env)
     stopped = None
     try:
         for number, phase in enumerate(suite.phases, 1):
@@ -265,7 +256,7 @@ def _phase(run: _Run, phase) -> dict:
         args_ = select(None)
         env = {**run.env, "HARNESS_PHASE": phase.name}
         command = [sys.executable, "-m", "pytest"]
-        result = run_resuming(select, command, env, timeout, run.out, phase.name, [run.lock], run.quarantined)
+        result = run_resuming(select, command, env, timeout, run.out, phase.name, [run.lock])
     wall = time.time() - started
     entry = {"name": phase.name, "started": started, "wall_s": round(wall, 3), "args": args_, **result}
     entry["selected"] = count
@@ -275,6 +266,18 @@ def _phase(run: _Run, phase) -> dict:
     status = "timed out" if result["timed_out"] else ("failed" if failed else "ok")
     run.console.print(f"phase {phase.name}: {status} (exit {result['exit_code']}) in {wall:.1f} s")
     return entry
+
+
+def _phases_tests(run: _Run) -> list[list[str]] | None:
+    """Each phase's own tests in collection order (none an earlier phase takes; a shard's only): where a
+    test may be first of its class or module. None where the collection failed."""
+    if run.found is None or run.broken:
+        return None
+    tests = []
+    for name, ids in run.found.items():
+        kept = set(run.selected.get(name, [])) if run.split else set(ids) - set(run.earlier.get(name, []))
+        tests.append([n for n in ids if n in kept])
+    return tests
 
 
 def _split(run: _Run, suite: Suite, shard: Shard, chosen: dict) -> None:
