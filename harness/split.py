@@ -262,8 +262,3 @@ class Groups:
         if nodeid in self.configuration:
             return f"configuration {file} {self.configuration[nodeid]}"
         return f"test {nodeid}"
-
-
-History = (
-    Groups  # the earlier name, still imported by harness.run.selecting: the run's History is report.previous
-)

@@ -224,7 +224,7 @@ def test_a_folder_of_shard_run_directories_is_a_baseline(tmp_path):
 
 def shard_reports(selection: list[str], count: int) -> list[dict]:
     """The reports of one split's ``count`` shards, each test run where the split put it."""
-    made = split.plan(selection, count, {}, split.History())
+    made = split.plan(selection, count, {}, split.Groups())
     reports = []
     for index, assigned in enumerate(made.shards):
         record = made.record(split.Shard(index, count), {"durations": "none", "units": "file"})
