@@ -399,3 +399,33 @@ def test_a_missing_or_bad_quarantine_file_is_one_line_before_any_phase(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("harness: error: ") and "q.json" in err
     assert not (project / "out").exists()  # before any phase: no run directory, no report
+
+
+ENTRY = st.builds(
+    lambda test, until: quarantine.Entry(test, "list", until),
+    st.sampled_from(["a.py::t", "a.py::t[1]", "t", "b.py::t", "x/a.py::t"]),
+    st.none() | st.dates(datetime.date(2026, 12, 1), datetime.date(2026, 12, 9)),
+)
+NODEIDS = st.lists(
+    st.sampled_from(["a.py::t", "a.py::t[1]", "a.py::t[2]", "x/a.py::t", "b.py::t"]), unique=True
+)
+
+
+@given(entries=st.lists(ENTRY, max_size=6), nodeids=NODEIDS, last=ENTRY)
+def test_the_latest_entry_decides_and_what_is_said_is_what_is_done(entries, nodeids, last) -> None:
+    """Whatever came before, an entry listed last decides each test it covers; the tests held are the
+    suite's (each once), and each ended entry said decides for a test that then gates."""
+    decided = quarantine.decide(nodeids, [*entries, last], TODAY)
+    for nodeid in nodeids:
+        if last.covers(nodeid):
+            assert (nodeid in decided.held) == last.holds(TODAY)
+    assert set(decided.held) <= set(nodeids)
+    for entry in decided.ended:
+        assert not entry.holds(TODAY)
+        assert any(
+            nodeid not in decided.held and quarantine.deciding(nodeid, [*entries, last]) == entry
+            for nodeid in nodeids
+        )
+    said = decided.lines()
+    assert bool(decided.held) == any("quarantined tests run without gating" in line for line in said)
+    assert len(said) == bool(decided.held) + len(decided.ended)
