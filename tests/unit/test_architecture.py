@@ -112,3 +112,54 @@ def test_one_module_per_name():
 
     names = Counter(path.name for path in (ROOT / "harness").rglob("*.py") if path.name != "__init__.py")
     assert [name for name, count in names.items() if count > 1] == []
+
+
+def _layers_in_doc(text: str) -> list[set[str]]:
+    """The doc's layer line (the indented block after "The layers, top to bottom"), top first: each layer
+    the set of its roles (``run | ci``)."""
+    block = text.split("The layers, top to bottom", 1)[1].split("\n\n", 2)[1]
+    line = " ".join(part.strip() for part in block.splitlines())
+    return [{name.strip() for name in layer.split("|")} for layer in line.split(">")]
+
+
+def _layers_in_contract() -> list[set[str]]:
+    """The import-linter contract's layers (``[tool.importlinter]`` in pyproject.toml), top first."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    [layers] = [c["layers"] for c in contracts["contracts"] if c["type"] == "layers"]
+    return [{name.strip().removeprefix("harness.") for name in layer.split("|")} for layer in layers]
+
+
+def test_the_docs_layer_list_is_the_import_contracts():
+    assert _layers_in_doc(DOC.read_text(encoding="utf-8")) == _layers_in_contract()
+
+
+def test_the_layer_check_sees_a_layer_left_out():
+    text = DOC.read_text(encoding="utf-8")
+    assert _layers_in_doc(text.replace(" > memory", "", 1)) != _layers_in_contract()
+
+
+def _subcommands() -> list[str]:
+    """Every ``harness`` subcommand, as typed (``ci buildkite``), from the CLI's own parser."""
+    import argparse
+
+    from harness.cli import _parser
+
+    def below(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
+        found = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    deeper = below(child, f"{prefix}{name} ")
+                    found += deeper or [f"{prefix}{name}"]
+        return found
+
+    return below(_parser(), "")
+
+
+def test_every_harness_subcommand_is_named_in_the_doc():
+    text = DOC.read_text(encoding="utf-8")
+    commands = _subcommands()
+    assert {"run", "ci buildkite", "flaky"} <= set(commands)  # the parser walk finds them
+    assert [c for c in commands if f"`harness {c}" not in text] == []
