@@ -125,3 +125,21 @@ def test_a_nul_byte_or_unwritable_parent_is_one_line(tmp_path: Path) -> None:
     for bad in ("a\0b", str(tmp_path / "file" / "below")):
         with pytest.raises(HarnessError):
             out.write(bad, "text")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "to /dev/null", "regular"])
+def test_harness_run_out_that_is_not_a_directory_is_one_line(
+    tmp_path: Path, monkeypatch, capsys, kind
+) -> None:
+    """``harness run --out`` names a run directory: anything else there is one line, exit 2, untouched."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.harness.suites.s]\npaths = ["tests"]\n\n[[tool.harness.suites.s.phases]]\nname = "p"\n'
+    )
+    (tmp_path / "tests").mkdir()
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path / "out", kind)
+    before = identity(tmp_path / "out")
+    assert harness(["run", "--platform", "cpu", "--out", str(tmp_path / "out"), "s"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("harness: error: --out ")
+    assert identity(tmp_path / "out") == before
