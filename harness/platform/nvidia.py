@@ -26,6 +26,7 @@ class NvidiaPlatform(Platform):
 
     def __init__(self, nvml: ModuleType, env: Mapping[str, str] = os.environ):
         self._nvml = nvml
+        self._pid = os.getpid()  # the process NVML was initialized in
         try:
             handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
             found = [
@@ -59,7 +60,7 @@ class NvidiaPlatform(Platform):
 
     def memory(self) -> dict[int, MemoryReading]:
         try:
-            infos = [self._nvml.nvmlDeviceGetMemoryInfo(handle) for handle in self._handles]
+            infos = self._each(self._nvml.nvmlDeviceGetMemoryInfo)
         except self._nvml.NVMLError as error:
             raise PlatformError(f"NVML failed while reading device memory: {error}") from None
         return {index: MemoryReading(info.used, info.total) for index, info in enumerate(infos)}
@@ -67,10 +68,24 @@ class NvidiaPlatform(Platform):
     def process_memory(self, pids: set[int]) -> dict[int, int]:
         """``usedGpuMemory`` (bytes; None where NVML cannot tell, as under MIG) summed over ``pids``."""
         try:
-            listed = [self._nvml.nvmlDeviceGetComputeRunningProcesses(handle) for handle in self._handles]
+            listed = self._each(self._nvml.nvmlDeviceGetComputeRunningProcesses)
         except self._nvml.NVMLError as error:
             raise PlatformError(f"NVML failed while listing GPU processes: {error}") from None
         return {
             index: sum(p.usedGpuMemory or 0 for p in processes if p.pid in pids)
             for index, processes in enumerate(listed)
         }
+
+    def _each(self, call) -> list:
+        """``call`` on each visible device. In a child forked from the process that initialized NVML, NVML
+        is uninitialized (a test forking its body, as vLLM's ``fork_new_process_for_each_test`` does):
+        initialized again there and the same devices found by UUID, once per process."""
+        try:
+            return [call(handle) for handle in self._handles]
+        except getattr(self._nvml, "NVMLError_Uninitialized", ()):
+            if self._pid == os.getpid():
+                raise
+            self._nvml.nvmlInit()
+            self._pid = os.getpid()
+            self._handles = [self._nvml.nvmlDeviceGetHandleByUUID(device.uuid) for device in self._devices]
+            return [call(handle) for handle in self._handles]

@@ -1,6 +1,7 @@
 """NvidiaPlatform over the fake NVML: visible→physical mapping, bytes, one pass, errors; the driver's list."""
 
 import importlib
+import os
 
 import pytest
 
@@ -78,6 +79,27 @@ def test_nvml_failure_is_a_one_line_platform_error(nvml, monkeypatch):
     monkeypatch.setattr(importlib.import_module("tests.fakes.pynvml"), "_references", 0)  # as after shutdown
     with pytest.raises(PlatformError, match="^NVML failed while reading device memory: Uninitialized$"):
         platform.memory()
+
+
+def test_a_forked_child_initializes_nvml_again_and_reads_the_same_devices(nvml):
+    """GPU, 2026-12-06: a test that forks its body (vLLM's fork_new_process_for_each_test) failed its start
+    with "NVML failed while reading device memory: Uninitialized": NVML is uninitialized in a forked child."""
+    platform = nvml([gpu(0, used=2 * GIB), gpu(1, used=5 * GIB)], CUDA_VISIBLE_DEVICES="1")()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: NVML as a fork leaves it
+        fake = importlib.import_module("tests.fakes.pynvml")
+        fake._references = 0
+        try:
+            said = str(platform.memory()[0].used_bytes // GIB)
+        except BaseException as error:  # noqa: BLE001 (the child's answer is the reading)
+            said = repr(error)
+        os.write(write, said.encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1000).decode() == "5"  # GPU 1's, the only visible one
+    assert platform.memory()[0].used_bytes == 5 * GIB  # the parent's own handles untouched
 
 
 def test_fake_error_classes_have_nvml_value_semantics():
