@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, ReportError
 
 LONGEST = 1e7  # seconds: a recorded duration past months is not one a test took
 MAX_SHARDS = 1024  # far more CI jobs than any build runs; a bigger N is a typo
@@ -225,6 +225,30 @@ def junit_key(nodeid: str) -> str:
     return f"{'.'.join([module, *parts[1:-1]])}::{parts[-1]}"
 
 
+def first_configurations(report: Mapping) -> dict[str, str]:
+    """Node id → fingerprint of the first vLLM configuration the test itself started or was handed warm
+    (its records and reuses, by start time): the one rule the split's units and the order's groups use.
+    Starts made by a wider-scoped fixture are left out (ordering tests cannot move those); a record with
+    no usable start or fingerprint is one ``ReportError`` line."""
+    owned = []
+    for event in [*report.get("records", []), *report.get("reuses", [])]:
+        if not isinstance(event, dict) or event.get("kind") != "vllm" or not event.get("test"):
+            continue
+        if event.get("scope") not in (None, "function"):
+            continue
+        when, test, key = event.get("start", event.get("t")), event["test"], event.get("fingerprint")
+        if isinstance(when, bool) or not isinstance(when, int | float) or not isinstance(key, str):
+            raise ReportError(
+                f"a runner record of {str(test)[:80]!r} has start {str(when)[:40]!r} "
+                f"and fingerprint {str(key)[:40]!r}: expected a time and a text"
+            )
+        owned.append((float(when), str(test), key))
+    first: dict[str, str] = {}
+    for _, test, key in sorted(owned, key=lambda entry: entry[0]):
+        first.setdefault(test, key)
+    return first
+
+
 class Groups:
     """The engine groups: what a previous run's report.json says about keeping tests together: the files (or
     package folders) and classes whose wider-scoped fixtures started a runner, and each test's first engine
@@ -233,7 +257,6 @@ class Groups:
     def __init__(self, report: dict | None = None):
         self.known = report is not None
         self.together: dict[str, str] = {}  # a file, or a class's node id -> the unit that holds it
-        self.configuration: dict[str, str] = {}  # node id -> fingerprint
         for record in [*(report or {}).get("records", []), *(report or {}).get("reuses", [])]:
             if not isinstance(record, dict) or not isinstance(record.get("test"), str):
                 continue
@@ -246,8 +269,7 @@ class Groups:
             elif scope == "class" and test.count("::") >= 2:
                 owner = test.rsplit("::", 1)[0]
                 self.together.setdefault(owner, f"class {owner}")
-            elif isinstance(record.get("fingerprint"), str):
-                self.configuration.setdefault(test, record["fingerprint"])
+        self.configuration = first_configurations(report or {})  # node id -> fingerprint
 
     def unit(self, nodeid: str) -> str:
         """The unit ``nodeid`` is split with: its package, file or class where a wider-scoped fixture

@@ -128,6 +128,7 @@ def from_report(report: Report, source: str, kind: str = "report") -> History:
     """A loaded report as a ``History`` (its GPU-free tests as its own section lists them)."""
     tests = report["tests"]
     section = report.get("gpu_free")
+    marks = configurations(report, source)  # first: a bad record is one line naming the file
     return History(
         source=source,
         kind=kind,
@@ -137,7 +138,7 @@ def from_report(report: Report, source: str, kind: str = "report") -> History:
         setup={t["nodeid"]: t.get("setup_s") or 0.0 for t in tests},
         ran=tuple(dict.fromkeys(t["nodeid"] for t in tests if t["outcome"] in ("passed", "failed"))),
         groups=split.Groups(dict(report)),
-        configurations=configurations(report, source),
+        configurations=marks,
         gpu_free=tuple(sorted({each["nodeid"] for each in (section["tests"] if section else [])})),
         report=report,
     )
@@ -206,26 +207,12 @@ def _with_cpu_job(found: History, place: Path) -> History:
 def configurations(report: Report, source: str) -> dict[str, str]:
     """Node id → fingerprint of the first vLLM configuration the test itself started or was handed warm,
     ``reuse-sensitive`` for a test that failed on a handed-on engine and passed on fresh ones, or
-    ``failed [<fingerprint>]`` for a test that failed there (``marked``). Starts made by a wider-scoped
-    fixture are left out: ordering tests cannot move those."""
-    owned = []
-    for event in [*report["records"], *report.get("reuses", [])]:
-        if (
-            event.get("kind") != "vllm"
-            or not event.get("test")
-            or event.get("scope") not in (None, "function")
-        ):
-            continue
-        when, test, key = event.get("start", event.get("t")), event["test"], event.get("fingerprint")
-        if isinstance(when, bool) or not isinstance(when, int | float) or not isinstance(key, str):
-            raise ReportError(
-                f"{source}: a runner record of {str(test)[:80]!r} has start "
-                f"{str(when)[:40]!r} and fingerprint {str(key)[:40]!r}: expected a time and a text"
-            )
-        owned.append((when, str(test), key))
-    first: dict[str, str] = {}
-    for _, test, key in sorted(owned, key=lambda entry: entry[0]):
-        first.setdefault(test, key)
+    ``failed [<fingerprint>]`` for a test that failed there (``marked``); the configuration by the one
+    rule the split's units use too (``harness.split.first_configurations``)."""
+    try:
+        first = split.first_configurations(report)
+    except ReportError as error:
+        raise ReportError(f"{source}: {error}") from None
     for finding in report.get("findings", []):  # failed on a handed-on engine: fresh engines next time
         found = finding.get("test")
         if finding.get("type") == SENSITIVE and isinstance(found, str):

@@ -329,3 +329,15 @@ def test_a_shard_is_named_in_one_place():
         if path.name != "split.py" and ("}of{" in path.read_text() or '"of")' in path.read_text())
     ]
     assert found == []
+
+
+def test_the_split_and_the_order_take_a_tests_configuration_by_one_rule():
+    """Old code: the split's units took a test's first record in list order, of any kind (an HF load too),
+    while the order took its first vLLM start by time: one test, two configurations."""
+    records = [
+        {"test": "t.py::a", "kind": "hf", "scope": None, "fingerprint": "H", "start": 1.0},
+        {"test": "t.py::a", "kind": "vllm", "scope": None, "fingerprint": "B", "start": 3.0},
+        {"test": "t.py::a", "kind": "vllm", "scope": None, "fingerprint": "A", "start": 2.0},
+    ]
+    assert split.Groups({"records": records}).configuration == {"t.py::a": "A"}
+    assert split.Groups({"records": records}).unit("t.py::a") == "configuration t.py A"

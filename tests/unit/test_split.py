@@ -38,7 +38,15 @@ def tree(seed: int) -> tuple[list[str], dict[str, float], dict]:
             if t == 0 and shape in ("module", "class"):
                 records.append({"test": nodeid, "scope": shape, "fingerprint": f"{f:012x}"})
             elif shape == "own":
-                records.append({"test": nodeid, "scope": None, "fingerprint": f"{f:011x}{t % 3}"})
+                records.append(
+                    {
+                        "test": nodeid,
+                        "scope": None,
+                        "fingerprint": f"{f:011x}{t % 3}",
+                        "kind": "vllm",
+                        "start": t,
+                    }
+                )
     return nodeids, seconds, {"records": records, "tests": []}
 
 
@@ -148,8 +156,14 @@ def test_units_keep_a_module_or_class_engine_and_one_configuration_together():
         "records": [
             {"test": "t/test_a.py::test_1", "scope": "module", "fingerprint": "a"},
             {"test": "t/test_b.py::TestK::test_1", "scope": "class", "fingerprint": "b"},
-            {"test": "t/test_c.py::test_1[x]", "scope": "function", "fingerprint": "c"},
-            {"test": "t/test_c.py::test_2[x]", "scope": None, "fingerprint": "c"},
+            {
+                "test": "t/test_c.py::test_1[x]",
+                "scope": "function",
+                "fingerprint": "c",
+                "kind": "vllm",
+                "start": 1,
+            },
+            {"test": "t/test_c.py::test_2[x]", "scope": None, "fingerprint": "c", "kind": "vllm", "start": 2},
         ]
     }
     history = split.Groups(report)
