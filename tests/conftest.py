@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,26 @@ def fake_gpus(monkeypatch, tmp_path):
         return path
 
     return describe
+
+
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Callable[[Path], None]], Path]:
+    """``built_once(name, build)``: a folder ``build`` fills once per test session, by whichever xdist worker
+    asks first while the others wait; a module-scoped fixture runs again in every worker that worksteal
+    hands a part of its module to (a wheel and its venv, a harness run). The folder is shared: copy it
+    before changing it."""
+    base = tmp_path_factory.getbasetemp()
+    session = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+    def built(name: str, build: Callable[[Path], None]) -> Path:
+        shared = session / f"built-{name}"
+        with open(f"{shared}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not (shared / ".built").exists():
+                shutil.rmtree(shared, ignore_errors=True)
+                shared.mkdir()
+                build(shared)
+                (shared / ".built").touch()
+        return shared
+
+    return built

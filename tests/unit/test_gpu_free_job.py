@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -149,10 +150,16 @@ def _run(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def suite(tmp_path_factory) -> Path:
-    """A suite of a plain test and one that loads a tiny HF model, run once on the CPU, its report then
-    read as a CUDA cell's that listed both GPU-free (as if the load had been added since)."""
+def suite(tmp_path_factory, built_once) -> Path:
+    """A suite of a plain test and one that loads a tiny HF model, run once on the CPU (once for the
+    session's workers), its report then read as a CUDA cell's that listed both GPU-free (as if the load had
+    been added since); each module's copy of it its own."""
     root = tmp_path_factory.mktemp("gpu-free-job")
+    shutil.copytree(built_once("gpu-free-job", _gpu_free_suite), root, dirs_exist_ok=True)
+    return root
+
+
+def _gpu_free_suite(root: Path) -> None:
     (root / "pyproject.toml").write_text('[tool.harness.suites.free]\npaths = ["test_free.py"]\n')
     (root / "test_free.py").write_text(TESTS)
     done = _run(root, "--out", "first")
@@ -162,7 +169,6 @@ def suite(tmp_path_factory) -> Path:
         {"nodeid": t["nodeid"], "seconds": 1.0, "devices": 1, "gpu_minutes": 1 / 60} for t in report["tests"]
     ]
     keep(root / "harness-baseline/free-cuda", report)
-    return root
 
 
 def test_a_listed_test_that_starts_a_runner_on_the_cpu_job_fails_saying_why(suite):

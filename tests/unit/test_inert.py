@@ -58,9 +58,13 @@ OBSERVE = """
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
-    """A clean venv with only the built wheel and its dependencies (from the package index)."""
-    base = tmp_path_factory.mktemp("packaging")
+def venv(built_once) -> Path:
+    """A clean venv with only the built wheel and its dependencies (from the package index), built once
+    for the session's workers (the runs only read it)."""
+    return built_once("packaging", _wheel_in_a_venv) / "venv" / "bin" / "python"
+
+
+def _wheel_in_a_venv(base: Path) -> None:
     source = base / "source"  # a copy, so the build leaves nothing in the checkout
     shutil.copytree(ROOT / "harness", source / "harness", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
@@ -71,7 +75,6 @@ def venv(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True)
     python = base / "venv" / "bin" / "python"
     subprocess.run([python, "-m", "pip", "-q", "--disable-pip-version-check", "install", wheel], check=True)
-    return python
 
 
 def observe(python: Path, project: Path, *args: str, env: dict | None = None) -> tuple[dict, list[Path]]:
