@@ -193,3 +193,54 @@ def test_the_gpu_free_jobs_needs_a_gpu_failure_has_a_class(
         if p.get("name") == "failure_class"
     ]
     assert properties == ["other"]
+
+
+LEDGER_TESTS = st.lists(
+    st.tuples(
+        st.sampled_from(["passed", "failed", "error", "skipped"]), st.none() | st.sampled_from(list(CLASSES))
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(LEDGER_TESTS, st.sampled_from(["none", "crashed", "thread-timeout"]))
+def test_every_failed_ledger_test_has_one_class_in_every_output(
+    tmp_path_factory: pytest.TempPathFactory, tests: list[tuple[str, str | None]], died: str
+) -> None:
+    """The same promise over ledgers as they come (no plugin ran: a class present or missing, a test its
+    process died in, with or without pytest-timeout's thread-method finding): report.json, junit.xml and
+    summary.md give each failed or errored test exactly one class, the same; a death is ``crashed``, or
+    ``timeout`` where the thread method's timer said it fired."""
+    from tests.unit.report_runs import Run
+
+    root = tmp_path_factory.mktemp("ledger")
+    run = Run(root).phase("default", 0, 100)
+    worker = run.worker("default")
+    for n, (outcome, name) in enumerate(tests):
+        worker.write(
+            "test", 1.0 + n, nodeid=f"tests/test_kinds.py::test_{n}", outcome=outcome,
+            setup_s=0.0, call_s=1.0, teardown_s=0.0, **({"failure_class": name} if name else {}),
+        )  # fmt: skip
+    dead = f"tests/test_kinds.py::test_{len(tests)}"
+    if died != "none":
+        worker.write("test-start", 50.0, nodeid=dead)
+    if died == "thread-timeout":
+        worker.finding("timeout", "Timeout (>1s) from pytest-timeout's thread method", 51.0, test=dead)
+    report = run.finalize()
+    found = classes_everywhere(
+        report, ElementTree.parse(root / "junit.xml"), (root / "summary.md").read_text()
+    )
+    for nodeid, (in_report, in_junit, in_summary) in found.items():
+        assert len(in_report) == 1 and in_report[0] in CLASSES, nodeid
+        assert in_junit == in_report and in_summary == in_report, (nodeid, found[nodeid])
+    given = {
+        f"tests/test_kinds.py::test_{n}": name
+        for n, (outcome, name) in enumerate(tests)
+        if outcome in ("failed", "error")
+    }
+    assert {n: c[0][0] for n, c in found.items() if n != dead} == {
+        n: name or "other" for n, name in given.items()
+    }
+    if died != "none":
+        assert found[dead][0] == ["timeout" if died == "thread-timeout" else "crashed"]
