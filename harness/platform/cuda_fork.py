@@ -26,6 +26,7 @@ NOT_INITIALIZED = 3  # CUDA_ERROR_NOT_INITIALIZED
 METHOD = "VLLM_WORKER_MULTIPROC_METHOD"  # vLLM's default is fork
 REMEDY = f"{METHOD}=spawn"
 BEFORE_TESTS = "before the first test (at import or collection)"
+NOTE = "cuda-fork: "  # a failed start's note begins so (harness.failures' pattern)
 
 
 def mapped_driver(maps: Path = MAPS) -> str | None:
@@ -104,7 +105,7 @@ def spawned_message(since: str) -> str:
 
 def failed_message(since: str) -> str:
     return (
-        f"cuda-fork: the CUDA driver was initialized in the test process {since}, before vLLM forked its "
+        f"the CUDA driver was initialized in the test process {since}, before vLLM forked its "
         f"engine process ({METHOD}=fork), so the engine failed CUDA initialization; set {REMEDY}, or keep "
         "the test process off CUDA (torch.cuda.is_available() initializes the driver)"
     )
@@ -126,6 +127,6 @@ def engine_start(cuda: bool, report: Callable[[str], object], watch: Watch = WAT
     except Exception as error:
         if forked and os.environ.get(METHOD, "fork") == "fork":  # vLLM did not switch to spawn itself
             message = failed_message(str(watch.since))
-            error.add_note(message)
+            error.add_note(f"{NOTE}{message}")  # the failure class's pattern reads the mark
             report(message)
         raise

@@ -148,7 +148,7 @@ def test_a_start_the_suite_forked_is_named_with_the_test_and_the_remedy(monkeypa
     monkeypatch.setenv(cuda_fork.METHOD, "fork")
     said, error = start(initialized_after_a(), fails=True)
     assert os.environ[cuda_fork.METHOD] == "fork"  # the suite's choice kept
-    assert error is not None and error.__notes__ == said
+    assert error is not None and error.__notes__ == [cuda_fork.NOTE + said[0]]
     [message] = said
     assert "initialized in the test process after test t.py::a" in message
     assert "VLLM_WORKER_MULTIPROC_METHOD=spawn" in message
