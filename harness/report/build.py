@@ -74,7 +74,7 @@ def build(run_dir: Path, env: Mapping[str, str]) -> Report:
     }
     if meta.get("history") is not None:  # harness run --history: its source and failures, or why none
         report["history"] = meta.get("history")
-    if (footprints := table.collect(sorted((run_dir / "ledger").glob("*")))) is not None:
+    if (footprints := table.collect(sorted((run_dir / "ledger").glob("*")), meta.get("started"))) is not None:
         report["footprints"] = footprints
     if meta.get("selection"):  # harness run --changed-since: with the false greens (shadow)
         report["selection"] = selected.finished(meta["selection"], ledger.tests)  # type: ignore[arg-type]

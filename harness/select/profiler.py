@@ -6,10 +6,11 @@ Python 3.11 has no ``sys.monitoring``; ``cProfile`` is the profiler written in C
 packages the suite names, e.g. ``vllm``) are kept, as ``/``-separated paths relative to their root (a
 package's files as ``vllm/...``, which is where they are in the package's own repository).
 
-A process the test starts records too: ``pytest-gpu-harness.pth`` calls ``child()`` at interpreter start
-when ``DIRECTORY`` is set (a spawned process, ``vllm serve``), and a forked one keeps its parent's profiler
-(``forked``); either writes ``child-<pid>.json`` into ``DIRECTORY`` at its exit, under the test that was
-running (``TEST``), where the session collects it.
+A process the test starts records too, without a profiler (an engine's busy loop would pay for every
+call): ``pytest-gpu-harness.pth`` calls ``child()`` at interpreter start when ``DIRECTORY`` is set (a
+spawned process, ``vllm serve``), ``forked`` runs in a forked one; at its exit either writes the files of
+every module it imported (``imported``) as ``child-<pid>.json`` into ``DIRECTORY``, under the test that
+was running (``TEST``), where the session collects it.
 """
 
 from __future__ import annotations
@@ -109,31 +110,39 @@ _CHILD: Recorder | None = None
 
 
 def child(env: Mapping[str, str] = os.environ) -> None:
-    """In a process a test started (``DIRECTORY`` set): record everything it runs, written at exit."""
+    """In a process a test started (``DIRECTORY`` set): its files are written at its exit."""
     if _CHILD is None and env.get(DIRECTORY) and env.get(TEST):
         _follow(Recorder(Paths(dict(_parse(env.get(ROOTS, ""))))), env[DIRECTORY], env[TEST])
 
 
 def forked(recorder: Recorder, directory: str, test: str | None) -> None:
-    """In a forked child of a recording process: its copy of the profiler goes on (or starts) for the test
-    that was running (``test``; none: nothing is recorded)."""
+    """In a forked child of a recording process: its copy of the profiler stops (an engine's busy loop
+    would pay for each call); its files are written at its exit, as the running test's (``test``; none:
+    nothing is recorded)."""
+    recorder.switch(None)
+    recorder.files = {}
     if test:
-        recorder.files = {}
         _follow(recorder, directory, test)
 
 
 def _follow(recorder: Recorder, directory: str, test: str) -> None:
     global _CHILD
     _CHILD, recorder.test = recorder, test
-    if recorder.owner is None:
-        recorder.switch("child")
     import atexit
 
     atexit.register(_write, directory)
-    if "multiprocessing" in sys.modules:  # a multiprocessing child leaves by os._exit, after its finalizers
+    if "multiprocessing" in sys.modules:  # a forked multiprocessing child leaves by os._exit, after these
         from multiprocessing import util
 
         util.Finalize(None, _write, args=(directory,), exitpriority=100)
+
+
+def imported(paths: Paths) -> set[str]:
+    """The files of every module this process has imported, under the roots: a child's footprint. Each
+    file whose code the child ran is among them (a function runs from a module that was imported), at no
+    cost per call; its modules imported but not run make it wider, so selection errs towards running."""
+    files = (getattr(module, "__file__", None) for module in list(sys.modules.values()))
+    return {name for name in map(paths.name, filter(None, files)) if name is not None}
 
 
 def _write(directory: str) -> None:
@@ -142,8 +151,7 @@ def _write(directory: str) -> None:
     recorder, _CHILD = _CHILD, None
     if recorder is None:
         return
-    recorder.switch(None)
-    files = sorted(set().union(*recorder.files.values()))
+    files = sorted(imported(recorder.paths))
     try:
         Path(directory, f"child-{os.getpid()}.json").write_text(
             json.dumps({"test": recorder.test, "files": files})

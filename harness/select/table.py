@@ -52,8 +52,9 @@ def decode(section: object) -> tuple[dict[str, frozenset[str]], dict[str, frozen
     return found, marks
 
 
-def collect(directories: Iterable[Path]) -> dict | None:
-    """The run's footprints from its sessions' folders (None where no session recorded any)."""
+def collect(directories: Iterable[Path], since: float | None = None) -> dict | None:
+    """The run's footprints from its sessions' folders (None where no session recorded any); files older
+    than ``since`` (the run's start) are an earlier run's in the same directory, which clearing it leaves."""
     tests: dict[str, set[str]] = {}
     markers: dict[str, set[str]] = {}
     seen = False
@@ -61,6 +62,8 @@ def collect(directories: Iterable[Path]) -> dict | None:
         folder = Path(directory) / FOLDER
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             try:
+                if since is not None and path.stat().st_mtime < since:
+                    continue
                 data = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue

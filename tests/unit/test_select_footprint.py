@@ -99,7 +99,7 @@ def test_a_module_import_counts_for_each_test_of_the_module(recorded):
     """Old code: no footprints at all."""
     for test in ("test_uses_fixture", "test_also_uses_fixture", "test_calls"):
         assert {"pkg/imported.py", "tests/test_one.py"} <= recorded[f"tests/test_one.py::{test}"]
-    assert "pkg/imported.py" not in recorded["tests/test_two.py::test_forks"]
+    assert "pkg/imported.py" not in recorded["tests/test_two.py::test_spawns"]
 
 
 def test_a_wider_fixture_counts_for_every_test_that_uses_it(recorded):
@@ -116,6 +116,7 @@ def test_a_test_records_what_it_called_and_nothing_unused(recorded):
 
 
 def test_spawned_and_forked_processes_count_for_the_test_that_started_them(recorded):
+    """A child records the files of the modules it imported (an engine loop would pay a profiler per call)."""
     assert "pkg/spawned.py" in recorded["tests/test_two.py::test_spawns"]
     assert "pkg/forked.py" in recorded["tests/test_two.py::test_forks"]
     assert "pkg/spawned.py" not in recorded["tests/test_two.py::test_forks"]
@@ -176,3 +177,15 @@ def test_an_unreadable_session_file_loses_only_its_own_footprints(tmp_path):
     assert not isinstance(found, str)
     assert found[0] == {"t::a": frozenset({"x.py", "y.py"})}
     assert table.collect([tmp_path / "nothing"]) is None
+
+
+def test_an_earlier_run_s_footprints_in_the_same_directory_are_not_this_run_s(tmp_path):
+    """Clearing a run directory leaves files it does not know; an earlier run's footprints are older than
+    this run's start. Old code: collect read them, so a deleted test kept a footprint."""
+    folder = tmp_path / "phase" / table.FOLDER
+    folder.mkdir(parents=True)
+    (folder / "main-1.json").write_text('{"tests": {"t::old": ["x.py"]}, "markers": {}}')
+    (folder / "main-2.json").write_text('{"tests": {"t::new": ["y.py"]}, "markers": {}}')
+    os.utime(folder / "main-1.json", (1000.0, 1000.0))
+    found = table.decode(table.collect([tmp_path / "phase"], since=2000.0))
+    assert not isinstance(found, str) and set(found[0]) == {"t::new"}
