@@ -182,8 +182,20 @@ def messages(error: BaseException | None, depth: int = 16) -> str:
     the harness names a cause, ``platform.cuda_fork``): the text patterns read."""
     lines = []
     for each in chain(error, depth):
-        lines += [f"{type(each).__name__}: {each}", *map(str, getattr(each, "__notes__", ()))]
+        notes = getattr(each, "__notes__", ())
+        lines += [
+            f"{type(each).__name__}: {_said(each)}",
+            *map(_said, notes if isinstance(notes, list) else ()),
+        ]
     return "\n".join(lines)
+
+
+def _said(value: object) -> str:
+    """``str(value)``; one whose ``__str__`` raises says nothing (pytest prints it so: it fails no run)."""
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 -- any error of a test's own __str__
+        return ""
 
 
 def counts(classes: Iterable[str]) -> dict[str, int]:

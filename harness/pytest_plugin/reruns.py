@@ -152,7 +152,11 @@ def _forget_failed_fixtures(item: pytest.Item) -> None:
             if cached is not None and cached[2] is not None:
                 # finish reads its request's node alone (to name it in an error); between tries pytest
                 # has dropped the item's own request
-                definition.finish(request=SimpleNamespace(node=item))
+                try:
+                    definition.finish(request=SimpleNamespace(node=item))
+                except Exception as error:  # its cache is cleared all the same: the retry builds it
+                    message = f"fixture {definition.argname}'s finalizer failed before a retry: {error!r}"
+                    item.warn(pytest.PytestWarning(message))
 
 
 def _try(item: pytest.Item, nextitem: pytest.Item | None, why: str) -> Try:

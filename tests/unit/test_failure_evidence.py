@@ -244,3 +244,33 @@ def test_every_failed_ledger_test_has_one_class_in_every_output(
     }
     if died != "none":
         assert found[dead][0] == ["timeout" if died == "thread-timeout" else "crashed"]
+
+
+UNPRINTABLE = """
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no str")
+
+
+def test_unprintable():
+    raise Unprintable()
+
+
+def test_refused_from_an_unprintable():
+    try:
+        raise Unprintable()
+    except Unprintable as error:
+        raise ConnectionError("[Errno 111] Connection refused") from error
+"""
+
+
+def test_an_exception_that_cannot_be_printed_still_gets_its_class(pytester: pytest.Pytester) -> None:
+    """Hostile: an exception whose ``__str__`` raises (pytest prints ``<exception str() failed>``). Its
+    class comes from its types; the session does not end in an INTERNALERROR."""
+    pytester.makepyprojecttoml("[tool.harness]\n")
+    pytester.makepyfile(test_unprintable=UNPRINTABLE)
+    directory = pytester.path / "ledger"
+    result = pytester.runpytest_subprocess("--harness-ledger-dir", str(directory), "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    classes = {t["nodeid"].split("::")[1]: t["failure_class"] for t in ledger.read(directory).tests}
+    assert classes == {"test_unprintable": "other", "test_refused_from_an_unprintable": "network"}

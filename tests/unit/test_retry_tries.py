@@ -215,3 +215,43 @@ def test_flaky_markers_keep_their_reruns_beside_retries_and_reuse(
     result = run(pytester, toml, FLAKY)
     assert outcomes(result) == {"passed": 2, "failed": 1, "rerun": 3}
     assert [(pytester.path / name).read_text() for name in ("marked", "hub", "plain")] == ["3", "2", "1"]
+
+
+FINALIZER_BREAKS = """
+import pathlib
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def hub(request):
+    built = pathlib.Path("built")
+    count = int(built.read_text()) + 1 if built.exists() else 1
+    built.write_text(str(count))
+    if count == 1:
+        def cleanup():
+            raise OSError("cleanup broke")
+
+        request.addfinalizer(cleanup)
+        raise ConnectionError("[Errno 111] Connection refused")
+    return "model"
+
+
+def test_first(hub):
+    assert hub == "model"
+
+
+def test_second(hub):
+    assert hub == "model"
+"""
+
+
+def test_a_failed_fixtures_broken_finalizer_is_said_and_the_retry_still_builds_it(
+    pytester: pytest.Pytester,
+) -> None:
+    """Hostile: the failed fixture's own finalizer raises when it is finished before the retry. The
+    session goes on (no INTERNALERROR), the retry builds the fixture, and the finalizer's error is a
+    warning in pytest's summary, not lost."""
+    result = run(pytester, '[tool.harness]\nretry = ["network"]\nretries = 1\n', FINALIZER_BREAKS)
+    assert outcomes(result) == {"passed": 2, "rerun": 1, "warnings": 1}
+    result.stdout.fnmatch_lines(["*fixture hub's finalizer failed before a retry: OSError('cleanup broke')*"])
