@@ -341,3 +341,30 @@ def test_the_split_and_the_order_take_a_tests_configuration_by_one_rule():
     ]
     assert split.Groups({"records": records}).configuration == {"t.py::a": "A"}
     assert split.Groups({"records": records}).unit("t.py::a") == "configuration t.py A"
+
+
+def test_pytest_shards_durations_beside_history_are_both_honoured_and_beside_durations_from_refused(tmp_path):
+    """--harness-durations weighs the split only: beside --history both count (the split by it, the rest by
+    the history); beside --durations-from two files would weigh one split, so it is one line."""
+    from argparse import Namespace
+
+    from harness.errors import HarnessError
+    from harness.run.history import choose
+
+    weights = tmp_path / ".test_durations"
+    weights.write_text(json.dumps({"a.py::t": 3.0}))
+    args = Namespace(durations_from=None, history=str(tmp_path / "missing"))
+    given = choose(args, {}, str(weights), "s", "cpu", None)
+    assert given.weights is not None and dict(given.weights.seconds) == {"a.py::t": 3.0}
+    assert given.history is not None and given.history.note and given.record == given.history.record()
+    with pytest.raises(HarnessError, match="give one"):
+        choose(Namespace(durations_from=str(weights), history=None), {}, str(weights), "s", "cpu", None)
+    with pytest.raises(HarnessError, match="give one"):
+        choose(
+            Namespace(durations_from=None, history=None),
+            {"HARNESS_DURATIONS_FROM": "x", "HARNESS_HISTORY": "y"},
+            None,
+            "s",
+            "cpu",
+            None,
+        )
