@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.report import advisor, gpu_free
+from harness.select.record import joined
 from harness.report.build import files, starts
 from harness.report.compare import load_checked
 from harness.report.outcomes import worst
@@ -54,6 +55,7 @@ def merge(reports: list[Report], names: list[str]) -> Report:
             for r in reports
         ]
     )
+    merged.update(joined(reports))  # every shard's footprints and selection (harness.select)
     if accounting is not None:
         merged["accounting"] = accounting
     return merged  # type: ignore[return-value]

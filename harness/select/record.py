@@ -102,3 +102,41 @@ def rates(sections: Iterable[tuple[str, Mapping[str, Any] | None]]) -> tuple[lis
         median = statistics.median(shares)
         out.append(f"{len(shares)} builds: median selected {median:.0%}; false-green rate {rate}")
     return out, green > 0
+
+
+def joined(reports: Iterable[Mapping[str, Any]]) -> dict:
+    """``harness merge``'s ``footprints`` and ``selection``: every shard's, not the first's alone (a shard's
+    tests without their footprints would all be unknown next build; its false greens would be lost)."""
+    from harness.select import table
+
+    reports = list(reports)
+    out: dict = {}
+    tests: dict[str, set[str]] = {}
+    markers: dict[str, set[str]] = {}
+    for report in reports:
+        decoded = table.decode(report.get("footprints"))
+        if isinstance(decoded, str):
+            continue
+        for test, files in decoded[0].items():
+            tests.setdefault(test, set()).update(files)
+        for test, names in decoded[1].items():
+            markers.setdefault(test, set()).update(names)
+    if tests:
+        out["footprints"] = table.encode(tests, markers)
+    sections = [r["selection"] for r in reports if r.get("selection")]
+    if sections:
+        first = sections[0]
+        everything = next((s["everything"] for s in sections if s.get("everything")), None)
+        greens = [s.get("false_green") for s in sections]
+        out["selection"] = {
+            **first,
+            "changed": sorted({f for s in sections for f in s.get("changed") or []}),
+            "selected": {k: v for s in sections for k, v in (s.get("selected") or {}).items()},
+            "skipped": list(
+                dict.fromkeys(n for s in sections for n in s.get("skipped") or [])
+            ),  # per shard, each once
+            "everything": everything,
+            "ignored": sorted({f for s in sections for f in s.get("ignored") or []}),
+            "false_green": None if None in greens else sorted({n for g in greens for n in g or []}),
+        }
+    return out

@@ -251,3 +251,19 @@ def test_a_global_file_and_an_unexplained_file_select_everything(repo):
     assert done.returncode == 0, done.stdout + done.stderr
     found = report(repo / "out")["selection"]["everything"]
     assert found == "pkg/weights.bin changed, and no footprint and no rule explains it"
+
+
+def test_merge_joins_every_shard_s_footprints_and_selection(repo):
+    """Old code: the merged report kept the first shard's footprints and selection only, so the other
+    shards' tests were unknown to the next build and their false greens were lost."""
+    (repo / "pkg" / "a.py").write_text("def fa():\n    return 1  # edited\n")
+    for index in range(2):
+        done = select(repo, "--shadow", "--shard", f"{index}/2", FAIL="b")
+        assert done.returncode in (0, 1), done.stdout + done.stderr
+        (repo / "out").rename(repo / f"out-{index}")
+    merged = harness(repo, "merge", "out-0", "out-1", "--out", "merged")
+    assert merged.returncode in (0, 1), merged.stdout + merged.stderr
+    found = report(repo / "merged")
+    assert sorted(found["footprints"]["tests"]) == sorted([A, B, B2, U])
+    assert found["selection"]["false_green"] == [B2]
+    assert sorted([*found["selection"]["selected"], *found["selection"]["skipped"]]) == sorted([A, B, B2, U])
