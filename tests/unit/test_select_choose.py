@@ -5,18 +5,23 @@ either selected (with a reason) or named as skipped, never both, never neither."
 
 from __future__ import annotations
 
+import json
+from xml.etree import ElementTree
+
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.errors import HarnessError
-from harness.select import changes, rules
+from harness.select import SELECTION, changes, rules
 from harness.select.choose import choose
 from harness.select.record import finished, lines, rates
 
 FILES = [f"src/m{i}.py" for i in range(6)] + ["src/__init__.py", "data/table.csv"]
 TESTS = [f"tests/test_{f}.py::test_{n}" for f in "abc" for n in range(3)]
 DEFAULT = rules.load({})
+
+pytest_plugins = ["pytester"]
 
 
 def unit_of(groups: dict[str, int]):
@@ -144,3 +149,58 @@ def test_shadow_false_greens_are_the_failed_tests_selection_would_skip():
     text, missed = rates([("build 1", done), ("build 2", {**done, "false_green": []}), ("build 3", None)])
     assert missed and "false-green rate 1/2 shadow builds (50%)" in text[-1]
     assert "median selected 33%" in text[-1]
+
+
+ITEMS = """
+import pytest
+
+@pytest.mark.parametrize("n", range(4))
+def test_p(n):
+    assert n != 2
+
+def test_q():
+    pass
+
+class TestC:
+    def test_r(self):
+        pytest.skip("its own reason")
+"""
+IDS = [f"test_items.py::test_p[{n}]" for n in range(4)] + [
+    "test_items.py::test_q",
+    "test_items.py::TestC::test_r",
+]
+OWN = {i: "passed" for i in IDS} | {IDS[2]: "failed", IDS[5]: "skipped"}
+
+
+def _outcomes(pytester, monkeypatch, mode: str | None, skipped: list[str]) -> dict[str, str]:
+    """Each test's outcome in a real (in-process) session given the run's list, or none."""
+    monkeypatch.delenv(SELECTION, raising=False)
+    if mode is not None:
+        path = pytester.path / "list.json"
+        path.write_text(json.dumps({"mode": mode, "ref": "main", "skipped": skipped}))
+        monkeypatch.setenv(SELECTION, str(path))
+    junit = pytester.path / "junit.xml"
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--junitxml={junit}", "test_items.py")
+    found = {}
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        name = case.get("name")
+        owner = case.get("classname", "").removeprefix("test_items").lstrip(".")
+        nodeid = "::".join(["test_items.py", *([owner] if owner else []), name])
+        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        properties = [p.get("value") for p in case.iter("property") if p.get("name") == "harness_selection"]
+        found[nodeid] = (kinds[0] if kinds else "passed", properties)
+    return found
+
+
+@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sets(st.sampled_from(IDS)))
+def test_shadow_never_changes_an_outcome_and_on_skips_exactly_the_list(pytester, monkeypatch, skipped):
+    pytester.makepyfile(test_items=ITEMS)
+    words = {"passed": "passed", "failure": "failed", "error": "error", "skipped": "skipped"}
+    shadow = _outcomes(pytester, monkeypatch, "shadow", sorted(skipped))
+    assert {i: words[o] for i, (o, _) in shadow.items()} == OWN
+    assert {i for i, (_, p) in shadow.items() if p} == skipped  # each one it would skip is marked
+    on = _outcomes(pytester, monkeypatch, "on", sorted(skipped))
+    assert {i: words[o] for i, (o, _) in on.items()} == {
+        i: "skipped" if i in skipped else OWN[i] for i in IDS
+    }
