@@ -71,7 +71,7 @@ def main(args) -> int:
     pyproject = find_pyproject()
     settings = load_settings(platform, pyproject, env)
     suite = load_suite(read_table(pyproject), args.suite, args.phases)
-    selecting.check(args.changed_since, args.shadow)
+    args.changed_since, args.shadow = selecting.asked(args.changed_since, args.shadow, env)
     env[PACKAGES_VARIABLE] = selecting.packages(read_table(pyproject))  # what footprints record
     for phase in suite.phases:  # each names files in the run directory (junit/<phase>.xml, ledger/<phase>/)
         directory.segment("phase", phase.name)

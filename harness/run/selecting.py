@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,9 +27,29 @@ def packages(harness_table: dict) -> str:
     return ",".join(rules.load(harness_table.get("select")).packages)
 
 
-def check(ref: str | None, shadow: bool) -> None:
+CI = "HARNESS_SELECT"  # a pipeline's: "shadow" or "on", for its pull-request builds (docs/selection.md)
+
+
+def asked(ref: str | None, shadow: bool, env: Mapping[str, str]) -> tuple[str | None, bool]:
+    """``--changed-since`` and ``--shadow`` as given, else from ``HARNESS_SELECT`` on a pull-request build
+    (REF: ``origin/<its base branch>``); a build of a branch runs everything. ``--shadow`` alone, or
+    another value of the variable: bad input."""
     if shadow and not ref:
         raise HarnessError("--shadow records what --changed-since REF would select: give REF too")
+    mode = env.get(CI)
+    if ref or not mode:
+        return ref, shadow
+    if mode not in choose.MODES:
+        raise HarnessError(f"{CI}={mode!r}: expected one of {', '.join(choose.MODES)}")
+    base = env.get("GITHUB_BASE_REF") or (
+        env.get("BUILDKITE_PULL_REQUEST_BASE_BRANCH")
+        if env.get("BUILDKITE_PULL_REQUEST", "false") != "false"
+        else None
+    )
+    if not base:
+        print(f"harness: {CI}={mode}: not a pull request's build, so every test runs", file=sys.stderr)
+        return None, False
+    return f"origin/{base}", mode == "shadow"
 
 
 def prepare(

@@ -267,3 +267,23 @@ def test_merge_joins_every_shard_s_footprints_and_selection(repo):
     assert sorted(found["footprints"]["tests"]) == sorted([A, B, B2, U])
     assert found["selection"]["false_green"] == [B2]
     assert sorted([*found["selection"]["selected"], *found["selection"]["skipped"]]) == sorted([A, B, B2, U])
+
+
+def test_ci_s_variable_selects_on_a_pull_request_and_runs_everything_on_a_branch(repo):
+    """``HARNESS_SELECT`` (a pipeline's setting): a pull request's build selects since its base branch; a
+    branch's build (the default branch refreshing the history) runs everything and records no selection."""
+    (repo / "pkg" / "a.py").write_text("def fa():\n    return 1  # edited\n")
+    given = {"HARNESS_SELECT": "on", "GITHUB_BASE_REF": "main"}
+    done = harness_run(repo, "tiny", "--out", "out", "--history", "hist", **given)
+    assert done.returncode == 0, done.stdout + done.stderr
+    selection = report(repo / "out")["selection"]
+    assert (selection["ref"], selection["mode"], sorted(selection["skipped"])) == (
+        "origin/main",
+        "on",
+        [B, B2, U],
+    )
+    done = harness_run(repo, "tiny", "--out", "out", "--history", "hist", HARNESS_SELECT="shadow")
+    assert done.returncode == 0 and "not a pull request's build, so every test runs" in done.stderr
+    assert "selection" not in report(repo / "out") and "footprints" in report(repo / "out")
+    done = harness_run(repo, "tiny", "--out", "out", HARNESS_SELECT="always")
+    assert done.returncode == 2 and "HARNESS_SELECT='always': expected one of on, shadow" in done.stderr
