@@ -17,7 +17,8 @@ Each try is a full one: its own timeout (``timeouts`` re-arms pytest-timeout's t
 set-up), its own fixtures (a fixture whose set-up failed, cached by pytest for its whole scope, is built
 again) and its own outcome: a try that skipped is not a pass, so the first try's failure counts then.
 A test that pytest-rerunfailures reruns (its ``flaky(reruns=N)`` marker, ``--reruns``) runs under that
-plugin's protocol, as without the harness: the reruns its author gave it are kept (``author_reruns``).
+plugin's protocol, as without the harness: the reruns its author gave it are kept (``author_reruns``),
+and its tries go into the same record (``Marked``, policy ``pytest-rerunfailures``).
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ class Try(NamedTuple):
 
     @property
     def failed(self) -> bool:
-        return any(report.failed for report in self.reports)
+        return self.failure() is not None
 
     def failure(self) -> pytest.TestReport | None:
-        return next((report for report in self.reports if report.failed), None)
+        """Its failing report: a failed one, or one pytest-rerunfailures logged as ``rerun``."""
+        return next((report for report in self.reports if report.failed or report.outcome == "rerun"), None)
 
 
 class Verdict(NamedTuple):
@@ -134,6 +136,61 @@ def author_reruns(item: pytest.Item) -> bool:
     """Whether pytest-rerunfailures reruns ``item`` (its marker or ``--reruns``): then it runs the test."""
     plugin = item.config.pluginmanager.get_plugin("rerunfailures")
     return plugin is not None and bool(plugin.get_reruns_count(item))
+
+
+class Marked:
+    """pytest-rerunfailures' tries of a test, in the one record: each try's reports as that plugin logs
+    them (each carries ``rerun``, its try's index; a failed try's failing one the outcome ``rerun``), a
+    ``rerun`` event per try after the first once the last one ends. Its verdict is that plugin's: the last
+    try counts."""
+
+    name = "pytest-rerunfailures"
+    WHY = "pytest-rerunfailures reran it (its flaky marker or --reruns)"
+
+    def __init__(self) -> None:
+        self.tries: list[Try] = []
+        self.reports: list[pytest.TestReport] = []
+        self.before = (0, 0.0, 0, 0.0)
+
+    def pytest_runtest_logstart(self) -> None:
+        context = current()  # rerunfailures logs each try's start
+        self.before = (context.starts, context.started_s, context.reused, context.reused_s)
+
+    @pytest.hookimpl(tryfirst=True)  # while the test is still the ledger's owner
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        writer = current().writer
+        if getattr(report, "rerun", None) is None or writer is None:
+            return  # not pytest-rerunfailures' protocol
+        self.reports.append(report)
+        if report.when != "teardown":
+            return
+        context, before = current(), self.before
+        self.tries.append(
+            Try(
+                self.reports,
+                self.WHY if self.tries else "",
+                context.starts - before[0],
+                round(context.started_s - before[1], 3),
+                context.reused - before[2],
+                round(context.reused_s - before[3], 3),
+            )
+        )
+        self.reports = []
+        if any(r.outcome == "rerun" for r in self.tries[-1].reports):
+            return  # another try follows
+        tries, self.tries = self.tries, []
+        last = len(tries) - 1
+        ended = "failed on each" if tries[last].failed else "passed on the last"
+        verdict = Verdict(last, f"it {ended} of {len(tries)} tries: pytest-rerunfailures reports its last")
+        final = str(_failure(tries[last])["outcome"])
+        for number in range(1, len(tries)):
+            _record(writer, report.nodeid, tries, number, self, final, verdict)
+
+    def begin(self, item: pytest.Item, number: int, tries: list[Try]) -> str | None:
+        return None  # that plugin decides; a Policy for the record's sake
+
+    def verdict(self, item: pytest.Item, tries: list[Try]) -> Verdict:
+        return Verdict(len(tries) - 1, "")
 
 
 def _skipped(attempt: Try) -> bool:

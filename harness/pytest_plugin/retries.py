@@ -8,8 +8,8 @@ can help (accuracy on a noisy GPU, a hub hiccup), at most 3 times, 60 s apart; a
 as vLLM's AMD steps do, only runs real failures twice.
 
 A test pytest-rerunfailures reruns (``flaky(reruns=N)``) keeps its author's reruns under that plugin
-(``reruns.author_reruns``); a failed try of it marks it ``fresh_engine``, so its rerun starts its own
-engines, as a retry here does.
+(``reruns.author_reruns``), its tries in the same record (``reruns.Marked``); a failed try of it marks it
+``fresh_engine``, so its rerun starts its own engines, as a retry here does.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from harness.config.settings import Settings
 from harness.pytest_plugin import classes, reruns
-from harness.pytest_plugin.session import process_context
+from harness.pytest_plugin.session import is_controller, process_context
 
 FRESH = "fresh_engine"  # the marker the reuse pool honours: never take or leave a warm engine
 
@@ -59,6 +59,8 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = process_context(config).settings
     if settings.retry:
         reruns.add(config, ByClass(settings))
+    if config.pluginmanager.has_plugin("rerunfailures") and not is_controller(config):
+        config.pluginmanager.register(reruns.Marked(), "harness-rerunfailures")  # its tries, recorded
 
 
 @pytest.hookimpl(wrapper=True)

@@ -49,6 +49,7 @@ def merge(
         phase = path.stem.partition("+")[0]
         for suite in _suites(path):
             suite.set("name", phase)
+            _last_try_only(suite, phase, tries)
             for case in suite.iter("testcase"):
                 key = (phase, case.get("classname", ""), case.get("name", ""))
                 if key in by_case:
@@ -149,6 +150,20 @@ def _add_missing(root: ET.Element, tests: list[TestResult]) -> None:
         for count in ("tests", counter or ""):
             if count:
                 suite.set(count, str(int(suite.get(count) or 0) + 1))
+
+
+def _last_try_only(suite: ET.Element, phase: str, tries: dict) -> None:
+    """One test case per test: pytest's junitxml writes one per pytest-rerunfailures try, so a test run
+    again keeps its last (the result; its other tries are its ``flakyFailure``/``rerunFailure``)."""
+    last = {(phase, *key): case for case in suite.findall("testcase") for key in [_case_key(case)]}
+    for case in suite.findall("testcase"):
+        key = (phase, *_case_key(case))
+        if key in tries and last[key] is not case:
+            suite.remove(case)
+
+
+def _case_key(case: ET.Element) -> tuple[str, str]:
+    return case.get("classname", ""), case.get("name", "")
 
 
 def _one_class(case: ET.Element, ledger: str | None) -> None:

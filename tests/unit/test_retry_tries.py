@@ -210,11 +210,28 @@ def test_flaky_markers_keep_their_reruns_beside_retries_and_reuse(
     """A suite whose test carries ``@pytest.mark.flaky(reruns=2)``, with the harness's ``retry`` (and
     reuse) on. Old code: the harness's protocol ran every test, so the marker's reruns were lost and the
     marked test failed the build. Now it keeps its 2 reruns (pytest-rerunfailures runs it), the harness
-    retries the network hiccup, and the plain failure runs once."""
+    retries the network hiccup, and the plain failure runs once. Every try is in the one record (the
+    ledger's ``rerun`` events, which report.json, JUnit and pass@1 read), whichever plugin ran it."""
     toml = '[tool.harness]\nretry = ["network"]\nretries = 1\n' + ("reuse = true\n" if reuse else "")
     result = run(pytester, toml, FLAKY)
     assert outcomes(result) == {"passed": 2, "failed": 1, "rerun": 3}
     assert [(pytester.path / name).read_text() for name in ("marked", "hub", "plain")] == ["3", "2", "1"]
+    recorded = [
+        (
+            r["test"].split("::")[1],
+            r["attempt"],
+            r["policy"],
+            r["outcome"],
+            r["first_failure_class"],
+            r["result"],
+        )
+        for r in ledger.read(pytester.path / "ledger").reruns
+    ]
+    assert recorded == [
+        ("test_marked_flaky", 2, "pytest-rerunfailures", "failed", "accuracy", "passed"),
+        ("test_marked_flaky", 3, "pytest-rerunfailures", "passed", "accuracy", "passed"),
+        ("test_hub_hiccup", 2, "failure class", "passed", "network", "passed"),
+    ]
 
 
 FINALIZER_BREAKS = """
@@ -255,3 +272,38 @@ def test_a_failed_fixtures_broken_finalizer_is_said_and_the_retry_still_builds_i
     result = run(pytester, '[tool.harness]\nretry = ["network"]\nretries = 1\n', FINALIZER_BREAKS)
     assert outcomes(result) == {"passed": 2, "rerun": 1, "warnings": 1}
     result.stdout.fnmatch_lines(["*fixture hub's finalizer failed before a retry: OSError('cleanup broke')*"])
+
+
+def test_a_flaky_markers_tries_are_in_every_output(pytester: pytest.Pytester, fake_gpus, monkeypatch) -> None:
+    """Through ``harness run``: pytest-rerunfailures' tries are in report.json's reruns, pass@1 counts
+    the marked test failed on its first try, and junit.xml has one test case for it (pytest's junitxml
+    writes one per try) carrying its two failed tries as ``flakyFailure``."""
+    import xml.etree.ElementTree as ElementTree
+
+    from harness.cli import main as harness
+
+    fake_gpus([], vendor="nvidia")
+    pytester.makepyprojecttoml(
+        '[tool.harness]\nretry = ["network"]\nretries = 1\n[tool.harness.suites.models]\npaths = ["tests"]\n'
+    )
+    pytester.mkdir("tests")
+    (pytester.path / "tests" / "test_flaky.py").write_text(FLAKY)
+    monkeypatch.chdir(pytester.path)
+    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 1
+    report = json.loads((pytester.path / "out/report.json").read_text())
+    assert [(r["test"].split("::")[1], r["policy"]) for r in report["reruns"]] == [
+        ("test_marked_flaky", "pytest-rerunfailures"),
+        ("test_marked_flaky", "pytest-rerunfailures"),
+        ("test_hub_hiccup", "failure class"),
+    ]
+    cases = [
+        (case.get("name"), [child.tag for child in case if child.tag != "properties"])
+        for case in ElementTree.parse(pytester.path / "out/junit.xml").iter("testcase")
+    ]
+    assert sorted(cases) == [
+        ("test_hub_hiccup", ["flakyFailure"]),
+        ("test_marked_flaky", ["flakyFailure", "flakyFailure"]),
+        ("test_plain", ["failure"]),
+    ]
+    summary = (pytester.path / "out/summary.md").read_text()
+    assert "pass@1: 0 of 3 tests passed on their first try; finally 2 passed (2 only on a retry)" in summary
