@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -449,6 +450,19 @@ def test_history_with_a_record_of_the_wrong_type(project, capsys, record):
     one_line_exit_2(capsys, ["run", "--platform", "cpu", "--durations-from", "bad.json", "models"])
 
 
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory) -> Path:
+    """The run directory of one passing run of a ``models`` suite on the CPU."""
+    root = tmp_path_factory.mktemp("one-run")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    (root / "pyproject.toml").write_text(SUITE)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
+    return root / "out"
+
+
 @pytest.mark.parametrize(
     "planted",
     [
@@ -461,11 +475,13 @@ def test_history_with_a_record_of_the_wrong_type(project, capsys, record):
         ".harness-run.lock",
     ],
 )
-def test_a_report_file_planted_as_a_link_never_changes_the_file_it_points_to(project, capsys, planted):
+def test_a_report_file_planted_as_a_link_never_changes_the_file_it_points_to(
+    project, capsys, planted, one_run
+):
     """Every file of a run directory a hostile hand replaced by a link to a user's file: the user's file
     keeps its bytes, whether the run then writes its own file or refuses the directory."""
     (project / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
-    assert harness(["run", "--platform", "cpu", "--out", "out", "models"]) == 0
+    shutil.copytree(one_run, project / "out", symlinks=True)  # the run every case starts from, made once
     users = project / "users-file"
     users.write_text("the user's own\n")
     (project / "out" / planted).unlink()
