@@ -166,13 +166,10 @@ def ended(returncode: int | None) -> str:
 
 def crashed_test(start: dict, crash: dict | None, worker: dict | None, fired: bool = False) -> dict:
     """The ``test`` event of a test whose process died under it: an ``error`` saying how it died;
-    ``fired``: pytest-timeout's thread-method timer fired in it first (its ``timeout`` finding)."""
+    ``fired``: pytest-timeout's thread-method timer fired in it first (its ``timeout`` finding, written
+    before the timer ends the process), the one evidence of a timeout (how long it ran is none)."""
     how = crash["how"] if crash else "its process ended"
-    elapsed = (crash["t"] - start["t"]) if crash else None
-    timeout, method = (worker or {}).get("timeout"), (worker or {}).get("timeout_method")
     hint = " (pytest-timeout's thread method ended it)" if fired else ""
-    if crash and timeout and method == "thread" and elapsed is not None and elapsed >= 0.9 * timeout:
-        hint = f" (after {elapsed:.0f} s: pytest-timeout's thread method, timeout {timeout:g} s)"
     who = start.get("worker") or (worker or {}).get("worker") or "main"
     return {
         "event": "test",
@@ -187,7 +184,7 @@ def crashed_test(start: dict, crash: dict | None, worker: dict | None, fired: bo
         "phase": start.get("phase"),
         "crash": f"worker {who} {how} while running {start['nodeid']}{hint}",
         # its process's exit is the evidence: pytest-timeout's thread method's, or another death
-        "failure_class": failures.classify(failures.Evidence(crashed=True, timed_out=fired or bool(hint))),
+        "failure_class": failures.classify(failures.Evidence(crashed=True, timed_out=fired)),
     }
 
 

@@ -274,3 +274,28 @@ def test_an_exception_that_cannot_be_printed_still_gets_its_class(pytester: pyte
     result.assert_outcomes(failed=2)
     classes = {t["nodeid"].split("::")[1]: t["failure_class"] for t in ledger.read(directory).tests}
     assert classes == {"test_unprintable": "other", "test_refused_from_an_unprintable": "network"}
+
+
+def test_a_late_exit_is_no_timeout_without_pytest_timeouts_word(tmp_path: Path) -> None:
+    """How long a test ran is no evidence: a worker under the thread method (2 s) whose test exits with
+    status 1 after 1.95 s, with no ``timeout`` finding from pytest-timeout's timer, crashed; the one whose
+    timer wrote its finding first timed out."""
+    from tests.unit.report_runs import Run
+
+    run = Run(tmp_path).phase("default", 0, 100)
+    for worker_name, fired in (("gw0", False), ("gw1", True)):
+        worker = run.worker("default", worker_name)
+        worker.write(
+            "worker", 0.5, worker=worker_name, devices=["cpu"], pid=7, timeout=2.0, timeout_method="thread"
+        )
+        worker.write("test-start", 1.0, nodeid=f"t.py::test_{worker_name}")
+        if fired:
+            worker.finding(
+                "timeout", "Timeout (>2.0s) from pytest-timeout's thread method", 3.0, test="t.py::test_gw1"
+            )
+        controller = run.worker("default", "controller")
+        controller.write(
+            "crash", 2.95, test=f"t.py::test_{worker_name}", worker=worker_name, how="exited with status 1"
+        )
+    classes = {t["nodeid"]: t["failure_class"] for t in ledger.read(tmp_path / "ledger").tests}
+    assert classes == {"t.py::test_gw0": "crashed", "t.py::test_gw1": "timeout"}
