@@ -4,30 +4,66 @@ changed (weights, training mode, hooks) or still uses is loaded again."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from harness import ledger
 
-pytest_plugins = ["pytester"]
 DATA = Path(__file__).parent / "hf_reuse"
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("sentence_transformers") is None, reason="needs sentence-transformers"
 )
 
 
-def test_only_an_unchanged_unused_model_is_handed_on(pytester, monkeypatch):
-    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
-    monkeypatch.setenv("HARNESS_REUSE_HF", "1")
-    shutil.copy(DATA / "suite.py", pytester.path / "test_hf.py")
-    directory = pytester.path / "ledger"
-    result = pytester.runpytest_subprocess(
-        "--harness", "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> tuple[object, dict[str, str]]:
+    """The three suites below in one pytest session (one import of torch and transformers, not three),
+    HF reuse on: its ledger and each test's outcome. Each suite's models are its own (MiniLM, and a tiny
+    GPT-2 checkpoint in a folder of each suite's), so no model is handed from one suite to another."""
+    root = tmp_path_factory.mktemp("hf-reuse")
+    shutil.copy(DATA / "suite.py", root / "test_hf.py")
+    (root / "test_tiny.py").write_text(TINY.format(folder=str(root / "tiny-checkpoint")))
+    (root / "test_own.py").write_text(OWN_RUNNER.format(folder=str(root / "own-checkpoint")))
+    env = {**os.environ, "HARNESS_PLATFORM": "cpu", "HARNESS_REUSE_HF": "1"}
+    args = ["--harness", "--harness-ledger-dir", "ledger", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
-    result.assert_outcomes(passed=7)
-    merged = ledger.read(directory)
+    merged = ledger.read(root / "ledger")
+    outcomes = {t["nodeid"]: t["outcome"] for t in merged.tests}
+    assert outcomes, done.stdout[-3000:] + done.stderr[-3000:]
+    return merged, outcomes
+
+
+def _of(items, file: str) -> list:
+    """The records, reuses or refusals of one suite's tests."""
+    return [item for item in items if item["test"].startswith(f"{file}::")]
+
+
+def _passed(outcomes: dict[str, str], file: str, count: int) -> None:
+    mine = {nodeid: outcome for nodeid, outcome in outcomes.items() if nodeid.startswith(f"{file}::")}
+    assert list(mine.values()) == ["passed"] * count, mine
+
+
+def test_only_an_unchanged_unused_model_is_handed_on(ran):
+    everything, outcomes = ran
+    _passed(outcomes, "test_hf.py", 7)
+    merged = SimpleNamespace(
+        records=_of(everything.records, "test_hf.py"),
+        reuses=_of(everything.reuses, "test_hf.py"),
+        refusals=_of(everything.refusals, "test_hf.py"),
+    )
     name = {r["id"]: r["test"].split("::")[1] for r in merged.records}
     assert [(name[r["runner"]], r["test"].split("::")[1]) for r in merged.reuses] == [
         ("test_load", "test_handed_on_then_changed"),
@@ -95,18 +131,16 @@ def test_an_edited_generation_config_is_not_handed_on():
 """
 
 
-def test_a_rewritten_local_checkpoint_or_an_edited_generation_config_is_loaded_again(pytester, monkeypatch):
+def test_a_rewritten_local_checkpoint_or_an_edited_generation_config_is_loaded_again(ran):
     """A local checkpoint was keyed by its path alone (the stale model handed on after a rewrite), and the
     generation config was not in the digest (an edit carried over to the next test)."""
-    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
-    monkeypatch.setenv("HARNESS_REUSE_HF", "1")
-    pytester.makepyfile(test_tiny=TINY.format(folder=str(pytester.path / "checkpoint")))
-    directory = pytester.path / "ledger"
-    result = pytester.runpytest_subprocess(
-        "--harness", "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
+    everything, outcomes = ran
+    _passed(outcomes, "test_tiny.py", 4)
+    merged = SimpleNamespace(
+        records=_of(everything.records, "test_tiny.py"),
+        reuses=_of(everything.reuses, "test_tiny.py"),
+        refusals=_of(everything.refusals, "test_tiny.py"),
     )
-    result.assert_outcomes(passed=4)
-    merged = ledger.read(directory)
     assert [r["test"].split("::")[1] for r in merged.records] == [
         "test_first",
         "test_rewritten_checkpoint_is_another_model",
@@ -144,16 +178,9 @@ def test_again():
 """
 
 
-def test_the_harnesss_own_hf_runner_gets_hf_reuse(pytester, monkeypatch):
+def test_the_harnesss_own_hf_runner_gets_hf_reuse(ran):
     """Its load was recorded as one start with the from_pretrained inside it, so nothing was ever kept."""
-    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
-    monkeypatch.setenv("HARNESS_REUSE_HF", "1")
-    pytester.makepyfile(test_own=OWN_RUNNER.format(folder=str(pytester.path / "checkpoint")))
-    directory = pytester.path / "ledger"
-    result = pytester.runpytest_subprocess(
-        "--harness", "--harness-ledger-dir", str(directory), "-p", "no:cacheprovider"
-    )
-    result.assert_outcomes(passed=2)
-    merged = ledger.read(directory)
-    assert len(merged.records) == 1
-    assert [r["test"].split("::")[1] for r in merged.reuses] == ["test_again"]
+    everything, outcomes = ran
+    _passed(outcomes, "test_own.py", 2)
+    assert len(_of(everything.records, "test_own.py")) == 1
+    assert [r["test"].split("::")[1] for r in _of(everything.reuses, "test_own.py")] == ["test_again"]
