@@ -213,7 +213,7 @@ class _Recorder:
 
     def _finish(self, teardown: pytest.TestReport) -> None:
         if self.context.unchecked:  # runners this test (or a fixture torn down with it) stopped
-            from harness.tracking.starts import check_released  # loaded by then: the runs are its
+            from harness.tracking.runs import check_released  # loaded by then: the runs are its
 
             check_released()
         setup, call, following = self.setup, self.call, self.following

@@ -74,6 +74,13 @@ class Reuse:
             self.pool.test_failed(item.nodeid)
         return report
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item):
+        """After its fixtures' teardown: what threads it left running can reach is not kept warm."""
+        yield
+        if self.modes:
+            self.pool.test_ended()
+
     def pytest_runtest_logfinish(self) -> None:
         """The test's tries are over (``reruns``): the engines held for its replay go."""
         if not self.modes:

@@ -44,6 +44,9 @@ class Context:
         # runner starts of this process and their seconds, and the starts reuse avoided and theirs: what a
         # rerun of a test cost and used (``pytest_plugin.reruns``)
         self.starts, self.started_s, self.reused, self.reused_s = 0, 0.0, 0, 0.0
+        # a start under way in this thread (``starts.starting``): a load inside a load (SentenceTransformer ->
+        # from_pretrained) counts once, and a fork meanwhile is vLLM's engine process, not a test's
+        self.starting = threading.local()
         self._holders: Holders | None = None
         self._lock = threading.Lock()
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from harness.platform import allocator
 
 if TYPE_CHECKING:
-    from harness.tracking.starts import Run
+    from harness.tracking.runs import Run
 
 
 @dataclass(eq=False)
@@ -43,6 +43,9 @@ class Model:
     def loaded(cls, key: str, model: Any, run: Run) -> Model:
         """The handle of ``model``, just loaded by ``run``."""
         return cls(key, model, run, digest(model), [m.training for m in model.modules()])
+
+    def parts(self) -> tuple[object, ...]:
+        return (self.runner,)  # a thread holding it keeps it from a take (``in_use``)
 
     def refusal(self, against: str | None) -> str | None:
         return None  # parked as it is loaded: each take checks it (``alive``)

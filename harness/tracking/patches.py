@@ -20,12 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from harness.tracking import vllm_engine
+from harness.tracking.vllm import wrap
 
 
 def _patch_transformers(module) -> None:
     from harness.tracking import hf_reuse, reuse
-    from harness.tracking.starts import fingerprint, local_files, normalise, starting
+    from harness.tracking.fingerprints import fingerprint, local_files, normalise
+    from harness.tracking.starts import starting
 
     cls = module.PreTrainedModel
     original = cls.from_pretrained.__func__
@@ -58,7 +59,8 @@ def _patch_transformers(module) -> None:
 
 def _patch_sentence_transformers(module) -> None:
     from harness.tracking import hf_reuse, reuse
-    from harness.tracking.starts import fingerprint, local_files, normalise, starting
+    from harness.tracking.fingerprints import fingerprint, local_files, normalise
+    from harness.tracking.starts import starting
 
     cls = module.SentenceTransformer
     original = cls.__init__
@@ -124,7 +126,7 @@ class Target(NamedTuple):
 TARGETS = {
     target.module: target
     for target in (
-        *(Target(*target) for target in vllm_engine.TARGETS),
+        *(Target(*target) for target in wrap.TARGETS),
         Target("transformers.modeling_utils", "PreTrainedModel", "from_pretrained", _patch_transformers),
         Target("sentence_transformers", "SentenceTransformer", "__init__", _patch_sentence_transformers),
     )

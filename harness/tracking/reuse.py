@@ -20,16 +20,17 @@ never stops, parks or takes them; warm engines give way before the fork, as with
 from __future__ import annotations
 
 import os
-import sys
+import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
+from harness.tracking import leftovers
 from harness.tracking.context import current
 
 if TYPE_CHECKING:
     from harness.ledger.writer import LedgerWriter
-    from harness.tracking.starts import Run
+    from harness.tracking.runs import Run
 
 FRESH_MARKER = "the next test asked for a fresh engine (fresh_engine marker)"
 ASKED_FRESH = "the test asked for a fresh engine (fresh_engine marker)"
@@ -64,6 +65,9 @@ class Handle(Protocol):
 
     @property
     def parked_in_use(self) -> bool: ...  # parked at its start, while its test uses it (an HF model)
+
+    def parts(self) -> tuple[object, ...]:
+        """What a thread that can still use it holds (the runner, its engine, its client)."""
 
     def refusal(self, against: str | None) -> str | None:
         """At its park: why it may not be kept (``against``: the pool's reason, given its place in the
@@ -110,6 +114,8 @@ class Pool:
         self.held: dict[str, Parked] = {}
         self.inherited: list[Parked] = []  # a forked child's: its parent's, never touched (see _forked)
         self.pid = os.getpid()  # the process whose runners these are
+        self.threads = set(threading.enumerate())  # alive when the running test (or the session) began
+        self.strays: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # left running by earlier tests
         _pools.add(self)
         # registered after its writer's (which holds its lock over a fork), so it runs before that one
         mine = weakref.ref(self)
@@ -221,7 +227,7 @@ class Pool:
             self._keep(Parked(handle))
             return True
         checking = time.monotonic()
-        reason = handle.refusal(self._against())
+        reason = handle.refusal(self._against() or self._reached(handle))
         if self.mode == REPLAY and reason is None:
             reason = "it served the replay of a failed test"
         if reason is not None:
@@ -249,6 +255,18 @@ class Pool:
             return ASKED_FRESH
         return None
 
+    def _reached(self, handle: Handle) -> str | None:
+        """Why a closed engine may not be parked while a thread its test (or an earlier one) left can still
+        reach it (``leftovers``): one that sends a request later would send it to the next test's engine."""
+        left = [t for t in leftovers.running() if t not in self.threads or t in self.strays]
+        reaching = leftovers.reaching(handle.parts(), left) if left else []
+        if not reaching:
+            return None
+        return (
+            f"a thread its test left running can still reach it ({leftovers.describe(reaching)}): "
+            "a request it sends later would reach the next test's engine"
+        )
+
     # --- the running test ----------------------------------------------------------------------------
 
     def test_failed(self, test: str) -> None:
@@ -264,6 +282,15 @@ class Pool:
             else:
                 self._stop(parked)
 
+    def test_ended(self) -> None:
+        """The running test's teardown is over: the threads it left running are strays from now on, and a
+        parked engine one of them can reach is shut down (a thread started after the engine's close)."""
+        self.strays.update(t for t in leftovers.running() if t not in self.threads)
+        for key in self._engines():
+            if (reason := self._reached(self.warm[key].handle)) is not None:
+                self._refused(self.warm[key].handle, reason)
+                self._shut(key)
+
     def let_go(self) -> None:
         """The running test's outcome is known: the engines held for its replay are shut down."""
         while self.held:
@@ -274,6 +301,7 @@ class Pool:
         first (a ``FRESH`` or ``LEAVE`` test); nothing was handed to it yet."""
         self.failed, self.handed, self.mode = False, 0, TAKE
         self.given = weakref.WeakSet()
+        self.threads = set(threading.enumerate())
         if mode != REPLAY:
             self.let_go()
         if fresh is not None:
@@ -369,8 +397,7 @@ def _forking(pool: Pool | None) -> None:
     """A test forks (vLLM's ``fork_new_process_for_each_test``): engines only reuse keeps alive are shut
     down first, so they never block (or share memory with) what the child starts. A fork within a start
     (vLLM forking its engine process) or outside a test leaves them."""
-    starts = sys.modules.get("harness.tracking.starts")
-    if pool is None or (starts is not None and getattr(starts._starting, "active", False)):
+    if pool is None or getattr(current().starting, "active", False):
         return
     test = current().owner.current().test
     if pool.pid == os.getpid() and (pool._engines() or pool.held) and test:

@@ -12,7 +12,7 @@ from harness.config.settings import load_settings
 from harness.memory import admission
 from harness.platform import allocator
 from harness.platform.base import Device, MemoryReading, Platform
-from harness.tracking import context, starts
+from harness.tracking import context, runs, starts
 from tests.fakes.torch_cuda import GIB, FakeCuda, module
 
 TOTAL = 80 * GIB
@@ -100,15 +100,15 @@ def recording(gpu, tmp_path):
     context.use(replaced)
 
 
-def _hf_start(cuda: FakeCuda, model_bytes: int) -> starts.Run:
+def _hf_start(cuda: FakeCuda, model_bytes: int) -> runs.Run:
     with starts.starting("hf", "m", {"model": "m"}) as run:
         cuda.alloc(model_bytes)  # the load creates the context and puts the weights on the device
     return run
 
 
-def _stopped(run: starts.Run, recording) -> list[dict]:
+def _stopped(run: runs.Run, recording) -> list[dict]:
     run.stop()
-    starts.check_released(wait_s=0)
+    runs.check_released(wait_s=0)
     return ledger.read(recording).findings
 
 
@@ -156,7 +156,7 @@ def engines():
         child.wait()
 
 
-def _vllm_start(gpu: OneGpu, engines: list, engine_bytes: int) -> tuple[starts.Run, int]:
+def _vllm_start(gpu: OneGpu, engines: list, engine_bytes: int) -> tuple[runs.Run, int]:
     with starts.starting("vllm", "m", {"model": "m"}, fraction=0.9) as run:
         engines.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
         gpu.engines[engines[-1].pid] = engine_bytes  # the engine core, a child process, takes its share

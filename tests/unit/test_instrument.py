@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from harness import ledger
-from harness.tracking import starts
+from harness.tracking import fingerprints
 
 pytest_plugins = ["pytester"]
 
@@ -20,14 +20,14 @@ def test_fingerprint_ignores_how_arguments_were_spelled():
     def llm(model, *, dtype="auto", gpu_memory_utilization=0.92, **kwargs):
         """The shape of vllm.LLM's signature."""
 
-    plain = starts.normalise(llm, ("m",), {})
-    spelled = starts.normalise(llm, (), {"model": "m", "dtype": "auto", "gpu_memory_utilization": 0.92})
+    plain = fingerprints.normalise(llm, ("m",), {})
+    spelled = fingerprints.normalise(llm, (), {"model": "m", "dtype": "auto", "gpu_memory_utilization": 0.92})
     assert plain == spelled == {"model": "m"}
-    other = starts.normalise(llm, ("m",), {"dtype": "float32", "max_model_len": 128})
+    other = fingerprints.normalise(llm, ("m",), {"dtype": "float32", "max_model_len": 128})
     assert other == {"model": "m", "dtype": "float32", "max_model_len": 128}
-    assert starts.fingerprint("vllm", plain) == starts.fingerprint("vllm", spelled)
-    assert starts.fingerprint("vllm", plain) != starts.fingerprint("vllm", other)
-    assert len(starts.fingerprint("vllm", plain)) == 12
+    assert fingerprints.fingerprint("vllm", plain) == fingerprints.fingerprint("vllm", spelled)
+    assert fingerprints.fingerprint("vllm", plain) != fingerprints.fingerprint("vllm", other)
+    assert len(fingerprints.fingerprint("vllm", plain)) == 12
 
 
 def test_config_values_are_json_safe_without_addresses():
@@ -38,7 +38,7 @@ def test_config_values_are_json_safe_without_addresses():
     def load(path, config=None):
         """A from_pretrained-like signature."""
 
-    assert starts.normalise(load, ("p",), {"config": Thing()}) == {"path": "p", "config": "<Thing>"}
+    assert fingerprints.normalise(load, ("p",), {"config": Thing()}) == {"path": "p", "config": "<Thing>"}
 
 
 @pytest.fixture

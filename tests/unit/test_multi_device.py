@@ -18,7 +18,7 @@ from harness import ledger
 from harness.config.settings import load_settings
 from harness.errors import RunnerBlocked
 from harness.platform.nvidia import NvidiaPlatform
-from harness.tracking import context, starts
+from harness.tracking import context, runs, starts
 from tests.fakes import gpu, write
 
 GIB = 2**30
@@ -102,7 +102,7 @@ def test_a_tp2_engine_is_charged_per_device_with_its_own_processes(machine, engi
     assert record["devices"] == [machine.uuid(0), machine.uuid(1)]
     assert record["held_after_start"] == {machine.uuid(0): 30 * GIB, machine.uuid(1): 20 * GIB}
     run.stop()  # its processes still hold their memory: a finding per device, each with its own bytes
-    starts.check_released(wait_s=0.2)
+    runs.check_released(wait_s=0.2)
     messages = sorted(f["message"] for f in ledger.read(tmp_path / "ledger").findings)
     assert len(messages) == 2, messages
     assert f"left 30.00 GiB on {machine.uuid(0)}" in messages[0] + messages[1]

@@ -395,7 +395,7 @@ def test_vllm_034s_unset_share_resolves_per_platform(fake_gpus, vendor, config, 
     from harness.config.settings import load_settings
     from harness.platform import detect
     from harness.tracking import context
-    from harness.tracking.vllm_engine import declared_share
+    from harness.tracking.vllm.key import declared_share
     from tests.fakes import gpu
 
     fake_gpus([gpu(0)], vendor=vendor)

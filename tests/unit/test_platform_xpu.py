@@ -13,7 +13,7 @@ from harness.platform import detect
 from harness.platform.intel import XpuPlatform, uuid_text
 from harness.platform.slots import mask_variables, outer_mask, worker_slots
 from harness.tracking import context
-from harness.tracking.vllm_engine import _unparkable
+from harness.tracking.vllm.parking import unparkable
 from tests.fakes import gpu
 
 GIB = 2**30
@@ -126,7 +126,7 @@ def test_a_suites_engine_is_not_parked_where_vllms_conftest_waits_for_memory(fak
     platform = detect(dict(os.environ)).platform
     previous = context.use(context.Context(platform, load_settings(platform.name, env={})))
     try:
-        assert _unparkable(engine_shaped(), own=False) == refused
-        assert _unparkable(engine_shaped(), own=True) is None  # the harness's runner makes room first
+        assert unparkable(engine_shaped(), own=False) == refused
+        assert unparkable(engine_shaped(), own=True) is None  # the harness's runner makes room first
     finally:
         context.use(previous)

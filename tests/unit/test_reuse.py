@@ -19,9 +19,11 @@ from harness import ledger
 from harness.config.settings import load_settings
 from harness.ledger.writer import LedgerWriter
 from harness.platform.host import HostPlatform
-from harness.tracking import context, vllm_engine
+from harness.tracking import context
 from harness.tracking.reuse import FRESH, Pool
-from harness.tracking.vllm_engine import Started
+from harness.tracking.vllm import key as keys
+from harness.tracking.vllm import parking
+from harness.tracking.vllm.llms import Started
 
 
 class Engine:
@@ -43,7 +45,7 @@ def reset(engine: Engine) -> str | None:
 
 @dataclass(eq=False)
 class Stand:
-    """A stand-in engine's handle: what ``vllm_engine.Engine`` does, over the stand-in's reset and state."""
+    """A stand-in engine's handle: what ``vllm.parking.Engine`` does, over the stand-in's reset and state."""
 
     runner: Engine | None
     began: Started | None
@@ -64,12 +66,15 @@ class Stand:
     def share(self) -> float | None:
         return self.run.need.fraction if self.run is not None else None
 
+    def parts(self) -> tuple[object, ...]:
+        return (self.runner,)
+
     def refusal(self, against: str | None) -> str | None:
         engine = self.runner
-        return vllm_engine.parking_refusal(self.began, against, lambda: reset(engine), lambda: state(engine))
+        return parking.parking_refusal(self.began, against, lambda: reset(engine), lambda: state(engine))
 
     def differs(self, wanted: object) -> str | None:
-        return vllm_engine.differs(self.began, wanted)
+        return keys.differs(self.began, wanted)
 
     def in_use(self) -> bool:
         return False
@@ -83,7 +88,7 @@ class Stand:
 
 
 def track(pool, engine, run, key="", base=None, environment=None, objects=None) -> None:
-    """What the instrumented ``vllm.LLM`` notes of a start (``vllm_engine._began``)."""
+    """What the instrumented ``vllm.LLM`` notes of a start (``vllm.llms.Tracked.began``)."""
     fresh = pool.mode == FRESH
     began[engine] = Started(run, state(engine), key, base, environment or {}, fresh, objects or {})
 
@@ -324,20 +329,18 @@ def test_a_forked_test_finds_no_engine_reuse_kept_and_parks_nothing(world):
 
 
 def test_a_fork_within_a_start_leaves_warm_engines(world):
-    """vLLM forks its engine process while it starts one (harness.tracking.starts marks that): not a
-    forked test, so warm engines stay."""
-    from harness.tracking import starts
-
+    """vLLM forks its engine process while it starts one (harness.tracking.starts marks that on the
+    context): not a forked test, so warm engines stay."""
     pool, alive, start, close, _ = world
     warm = start("A")
     close("A", warm)
-    starts._starting.active = True
+    context.current().starting.active = True
     try:
         pid = os.fork()
         if pid == 0:
             os._exit(0)
     finally:
-        starts._starting.active = False
+        context.current().starting.active = False
     os.waitpid(pid, 0)
     assert warm in alive and start("A") is warm
 

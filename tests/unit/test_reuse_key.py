@@ -1,4 +1,4 @@
-"""The reuse pool's key (harness.tracking.vllm_engine): what changes an engine besides its arguments is in it,
+"""The reuse pool's key (harness.tracking.vllm.key): what changes an engine besides its arguments is in it,
 so an engine is never handed to a start it would answer differently."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.tracking import vllm_engine as starts
+from harness.tracking.vllm import key as starts
 
 
 def llm(model, *, tokenizer=None, hf_overrides=None, **kwargs):

@@ -1,7 +1,7 @@
 """One parking protocol (issue 51): vLLM engines and HF models are handles (``reuse.Handle``) of one pool,
 parked through one ``Pool.park(handle)``, handed on through one ``take``, refused and recorded by one writer,
 given way by one ``make_room``, closed by one plugin. Real tiny HF models on the CPU; the engine handle is
-the adapter's own (``vllm_engine.Engine``) over a closed engine its close already refused, so no vLLM
+the adapter's own (``vllm.parking.Engine``) over a closed engine its close already refused, so no vLLM
 engine starts here (test_reuse_vllm.py starts real ones)."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from harness import ledger
 from harness.config.settings import load_settings
 from harness.ledger.writer import LedgerWriter
 from harness.platform.host import HostPlatform
-from harness.tracking import context, hf_reuse, vllm_engine
+from harness.tracking import context, hf_reuse
 from harness.tracking.reuse import Parked, Pool
+from harness.tracking.vllm import llms, parking
 
 pytest_plugins = ["pytester"]
 needs_transformers = pytest.mark.skipif(
@@ -59,10 +60,10 @@ def pool(tmp_path):
     context.use(replaced)
 
 
-def _engine(stopped: list, refused: str | None = None, fraction: float = 0.5) -> vllm_engine.Engine:
+def _engine(stopped: list, refused: str | None = None, fraction: float = 0.5) -> parking.Engine:
     """The adapter's handle of a closed engine (a stand-in object: nothing here looks inside it)."""
-    began = vllm_engine.Started(_Run("main-9", fraction), "{}", "E")
-    return vllm_engine.Engine(object(), began, lambda: stopped.append("E"), refused)
+    began = llms.Started(_Run("main-9", fraction), "{}", "E")
+    return parking.Engine(object(), began, lambda: stopped.append("E"), refused)
 
 
 def test_both_kinds_park_take_and_refuse_through_one_pool_and_one_writer(pool, tiny, tmp_path):

@@ -72,3 +72,34 @@ def test_reuse_keeps_every_outcome_and_says_why_it_refused(pytester, monkeypatch
     ]
     assert merged.reruns == [] and not [f for f in merged.findings if f["type"] == "reuse-sensitive"]
     result.stdout.fnmatch_lines(["*reuse refused*a request sampled without a seed of its own*"])
+
+
+THREADS = Path(__file__).parent / "vllm_reuse" / "threads_suite.py"
+
+
+def test_an_engine_a_left_thread_can_reach_is_not_handed_on(pytester, monkeypatch, safety_model):
+    """The reuse residue (issue 58): an engine that a thread or timer its test left running can still reach
+    is never handed to the next test (vllm_reuse/threads_suite.py). Before, it was: the thread's request
+    took the next test's request number 0, its first try failed, and the safety net ran it twice more. The
+    refusal names the threads; an engine whose test joined its thread is kept warm."""
+    monkeypatch.setenv("HARNESS_PLATFORM", "cpu")
+    monkeypatch.setenv("SAFETY_MODEL", safety_model)
+    shutil.copy(SUITE, pytester.path / "safety_suite.py")  # its runner; not collected (not test_*)
+    shutil.copy(THREADS, pytester.path / "test_threads.py")
+    directory = pytester.path / "ledger"
+    result = pytester.runpytest_subprocess(
+        "--harness-ledger-dir", str(directory), "--harness-reuse", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=4)
+    merged = ledger.read(directory)
+    name = "test_threads.py::test_"
+    assert [r["test"].removeprefix(name) for r in merged.records] == ["leaves_a_thread", "numbers_from_zero"]
+    assert [r["test"].removeprefix(name) for r in merged.reuses] == [
+        "joins_its_thread",
+        "after_a_joined_thread",
+    ]
+    [refusal] = merged.refusals
+    assert refusal["test"].removeprefix(name) == "leaves_a_thread"
+    assert refusal["reason"].startswith("a thread its test left running can still reach it (")
+    assert "left-behind (thread)" in refusal["reason"] and "(timer)" in refusal["reason"]
+    assert merged.reruns == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import types
 
-from harness.tracking import vllm_engine
+from harness.tracking.vllm import health, parking
 from tests.unit.test_patches import OWN_RUNNER, REUSABLE
 
 pytest_plugins = ["pytester", "tests.unit.vllm_stub"]
@@ -121,10 +121,10 @@ class VllmConfig:
 def test_a_config_edited_in_place_shows_in_the_state_though_its_text_does_not():
     engine = types.SimpleNamespace(vllm_config=VllmConfig())
     llm = types.SimpleNamespace(llm_engine=engine, get_tokenizer=lambda: None)
-    before = vllm_engine.state(llm)
+    before = health.state(llm)
     engine.vllm_config.scheduler_config.max_num_seqs = 1  # a limit read per request
     assert str(engine.vllm_config) == "VllmConfig(model=org/model)"
-    assert vllm_engine.state(llm) != before
+    assert health.state(llm) != before
 
 
 def test_which_platforms_wait_for_memory_is_the_platforms_own_fact(monkeypatch):
@@ -143,7 +143,7 @@ def test_which_platforms_wait_for_memory_is_the_platforms_own_fact(monkeypatch):
         engine = types.SimpleNamespace(engine_core=client, vllm_config=None, log_stats=False)
         llm = type("LLM", (), {})()
         llm.llm_engine = engine
-        reason = vllm_engine._unparkable(llm, own=False)
+        reason = parking.unparkable(llm, own=False)
     finally:
         context.use(replaced)
     assert reason == "vLLM's conftest waits on NewGPU for its memory to be given back after each runner"
