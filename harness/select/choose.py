@@ -76,7 +76,19 @@ def choose(
         for nodeid in members if first is not None else ():
             selected.setdefault(nodeid, f"its engine group runs ({first})")
     ordered = {nodeid: selected[nodeid] for nodeid in tests if nodeid in selected}
-    return Selection(ordered, tuple(n for n in tests if n not in selected), None, ignored)
+    made = Selection(ordered, tuple(n for n in tests if n not in selected), None, ignored)
+    _check(made, footprints, touched, unit)
+    return made
+
+
+def _check(made: Selection, footprints: Mapping[str, Collection[str]], touched: set[str], unit) -> None:
+    """At run time, the promise a wrong answer would break silently in CI: no skipped test met the change
+    or shares an engine group with a selected one (a bug of ours: exit 4, never a silent skip)."""
+    groups = {unit(nodeid) for nodeid in made.selected}
+    for nodeid in made.skipped:
+        met = nodeid not in footprints or touched.intersection(footprints[nodeid])
+        if met or nodeid.split("::")[0] in touched or unit(nodeid) in groups:
+            raise RuntimeError(f"selection would skip {nodeid}, which the change touches")
 
 
 def _why(

@@ -189,3 +189,10 @@ def test_an_earlier_run_s_footprints_in_the_same_directory_are_not_this_run_s(tm
     os.utime(folder / "main-1.json", (1000.0, 1000.0))
     found = table.decode(table.collect([tmp_path / "phase"], since=2000.0))
     assert not isinstance(found, str) and set(found[0]) == {"t::new"}
+
+
+def test_footprints_off_records_none(tmp_path):
+    write(tmp_path, {"pyproject.toml": PYPROJECT, "tests/test_one.py": "def test_one():\n    pass\n"})
+    done = harness_run(tmp_path, "tiny", "--out", "out", HARNESS_FOOTPRINTS="0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "footprints" not in json.loads((tmp_path / "out" / "report.json").read_text())
