@@ -69,7 +69,8 @@ def editable(tmp_path_factory) -> Path:
 
 
 def _modules(python: Path, variable: str | None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "HARNESS_TEST_PROCESS"}
+    # the footprints' variables too (this session's plugin sets them; their .pth line is its own)
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_TEST_PROCESS" and "FOOTPRINT" not in k}
     if variable is not None:
         env["HARNESS_TEST_PROCESS"] = variable
     probe = "import sys; print(sorted(m for m in sys.modules if m.startswith('harness')))"
