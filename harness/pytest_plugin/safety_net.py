@@ -8,7 +8,7 @@ have failed because of that engine, or for reasons of its own (order-dependent, 
 in a process, flaky). Without reuse the second kind fails, so with reuse it must too. The net tells them
 apart by running the test again, each try in the open (``reruns``):
 
-1. ``replay``: once more on the very engines it failed on (``Pool.held``). Passes: the engine is not why
+1. ``replay``: once more on the very engines it failed on (``Terms.held``). Passes: the engine is not why
    (the same engine serves it), so the failure is its own and the first try counts: **failed**.
 2. ``fresh``: fails again, then on fresh engines. Passes: the failure follows the handed-on engine and
    leaves with it, so reuse caused it: **passed**, a ``reuse-sensitive`` finding (a run given this run's
@@ -29,7 +29,8 @@ import pytest
 from harness.config.variables import CONFIGURATIONS, SENSITIVE
 from harness.pytest_plugin import reruns
 from harness.report.marks import decode
-from harness.tracking.reuse import FRESH, FRESH_MARKER, LEAVE, REPLAY, TAKE
+from harness.tracking.context import current
+from harness.tracking.handles import FRESH, FRESH_MARKER, LEAVE, REPLAY, TAKE, Terms
 
 if TYPE_CHECKING:
     from harness.ledger.writer import LedgerWriter
@@ -42,11 +43,14 @@ OWN = "own-failure"  # the finding of a test whose failure the net found its own
 
 
 class Reuse:
-    """The one plugin that drives and closes the pool; ``modes``: each test's mode and the safety net
-    (engine reuse on), else the pool's close alone (HF reuse alone)."""
+    """The one plugin that drives and closes the pool; ``modes``: each test's terms (``reuse.Terms``: its
+    mode, whether it failed, what it was handed and held, its process and threads) and the safety net
+    (engine reuse on), else the pool's close alone (HF reuse alone). The terms are this plugin's: it makes
+    one per try, puts it on the process context for the adapters' parks and takes, fails and ends it."""
 
     def __init__(self, pool: Pool, writer: LedgerWriter, modes: bool = True):
         self.pool, self.writer, self.modes = pool, writer, modes
+        self.test: Terms | None = None  # the running try's terms
         self.history = _history() if modes else {}
         self.sensitive = frozenset(t for t, v in self.history.items() if v == SENSITIVE)
         self.failing = frozenset(t for t, v in self.history.items() if decode(v).failed)
@@ -57,40 +61,42 @@ class Reuse:
         """Before the test's fixtures: they may build runners too."""
         if not self.modes:
             return
-        mode = self.net.mode
+        mode, previous, fresh = self.net.mode, self.test, None
         if item.get_closest_marker("fresh_engine") is not None:
-            self.pool.next_test(item.nodeid, FRESH_MARKER, FRESH)
-        elif mode == REPLAY:
-            self.pool.next_test(item.nodeid, None, REPLAY)
+            test, fresh = Terms(item.nodeid, FRESH), FRESH_MARKER
+        elif mode == REPLAY:  # on what its failed try was handed
+            test = Terms(item.nodeid, REPLAY, previous.held if previous is not None else None)
         elif mode == LEAVE or item.nodeid in self.sensitive:  # what it starts may stay warm after it
-            self.pool.next_test(item.nodeid, RETRY if mode == LEAVE else REMEMBERED, LEAVE)
+            test, fresh = Terms(item.nodeid, LEAVE), RETRY if mode == LEAVE else REMEMBERED
         else:
-            self.pool.next_test(item.nodeid)
+            test = Terms(item.nodeid)
+        self.test = current().test = test
+        self.pool.begin(test, previous, fresh)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
-        if report.failed and self.modes:  # before its teardown closes what it used
-            self.pool.test_failed(item.nodeid)
+        if report.failed and self.test is not None:  # before its teardown closes what it used
+            self.pool.failed(self.test)
         return report
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_teardown(self, item: pytest.Item):
         """After its fixtures' teardown: what threads it left running can reach is not kept warm."""
         yield
-        if self.modes:
-            self.pool.test_ended()
+        if self.test is not None:
+            self.pool.ended(self.test)
 
     def pytest_runtest_logfinish(self) -> None:
         """The test's tries are over (``reruns``): the engines held for its replay go."""
-        if not self.modes:
+        if self.test is None:
             return
         self.net.mode = TAKE
-        self.pool.let_go()
+        self.pool.let_go(self.test)
 
     def pytest_sessionfinish(self) -> None:
         """Parked runners are stopped (and their stops recorded) while the ledger is still open."""
-        self.pool.close()
+        self.pool.close(self.test)
 
 
 class Net:
@@ -107,7 +113,9 @@ class Net:
             self.mode = TAKE
             return None
         if number == 1:
-            if not pool.handed and not tries[0].reused:  # nothing handed on (an engine, an HF model)
+            test = self.reuse.test
+            handed = test is not None and test.handed
+            if not handed and not tries[0].reused:  # nothing handed on (an engine, an HF model)
                 return None
             if item.nodeid in self.reuse.failing:
                 self._said(
@@ -117,7 +125,7 @@ class Net:
                     "again: its own failure, no extra start",
                 )
                 return None
-            if pool.replayable():  # what it failed on, still there
+            if test is not None and pool.replayable(test):  # what it failed on, still there
                 self.mode = REPLAY
                 return REPLAYED
             self.mode = LEAVE

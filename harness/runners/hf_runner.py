@@ -226,12 +226,12 @@ def _load_on(device: str, auto_cls: Any, model: str, **kwargs: Any) -> Any:
         config["model_files"] = files
     pool = reuse.pool("hf")  # HF reuse: the load inside is nested in this start, so it is decided here
     key = fingerprint("hf", config)
-    if pool is not None and (kept := pool.take(key)) is not None:
+    if pool is not None and (kept := pool.take(key, reuse.running())) is not None:
         return kept
     with starting("hf", model, config) as run:
         loaded = auto_cls.from_pretrained(model, **kwargs).to(device)
     if run is not None:
         run.watch(loaded)
         if pool is not None:
-            pool.park(hf_reuse.Model.loaded(key, loaded, run))
+            pool.park(hf_reuse.Model.loaded(key, loaded, run), reuse.running())
     return loaded

@@ -40,6 +40,8 @@ class Context:
         # the one keeper when reuse or HF reuse is on, else None: a harness.tracking.reuse.Pool, which builds
         # on this module (reuse.pool() is its typed way in)
         self.pool: Any = None
+        # the running test's terms with the pool (a reuse.Terms), set by the safety-net plugin at each try
+        self.test: Any = None
         self.unchecked: list[Any] = []  # stopped runs whose release is not checked yet
         # runner starts of this process and their seconds, and the starts reuse avoided and theirs: what a
         # rerun of a test cost and used (``pytest_plugin.reruns``)

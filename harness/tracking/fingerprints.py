@@ -17,7 +17,7 @@ from typing import Any
 def json_safe(value: Any) -> Any:
     """Config values as JSON, data by value: a dataclass (vLLM's ``*Config``) or pydantic model as its class
     and fields, an enum as its member, a set sorted, a path as text; any other object as its text without
-    memory addresses (stable fingerprints; ``vllm_engine.reuse_key`` adds such objects' identity)."""
+    memory addresses (stable fingerprints; ``vllm.key.reuse_key`` adds such objects' identity)."""
     try:
         return json.loads(json.dumps(value, default=as_data))
     except (ValueError, RecursionError):  # a cycle: its text alone

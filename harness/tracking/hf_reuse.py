@@ -5,10 +5,10 @@ worker is handed on instead of loaded again (``PreTrainedModel.from_pretrained``
 A loaded model is parked in the reuse pool (``reuse.Pool``) as a ``Model`` handle, by its configuration
 fingerprint, with a digest of its state at load: parameters and buffers (shape, dtype, device, storage,
 version counter and sum), the hooks of every submodule, the model's config and generation config. Nothing
-announces that its test is done with it, so it is parked at its load (``parked_in_use``) and checked at each
-take: handed on only when nothing but the pool references it and, its submodules' training mode put back as
-loaded, its digest is unchanged; a model a test changed is refused (``reuse-refused``, with the reason) and
-loaded again. The pool writes the hand-on (``runner-reused``), as for an engine.
+announces that its test is done with it, so it is parked at its load (its policy, ``reuse.Open``) and
+checked at each take: handed on only when nothing but the pool references it and, its submodules' training
+mode put back as loaded, its digest is unchanged; a model a test changed is refused (``reuse-refused``,
+with the reason) and loaded again. The pool writes the hand-on (``runner-reused``), as for an engine.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 @dataclass(eq=False)
 class Model:
-    """An HF model the pool parks (a ``reuse.Handle``): at its load, checked at each take."""
+    """An HF model the pool parks (a ``reuse.Opened`` handle): at its load, checked at each take."""
 
     key: str
     runner: Any  # the model
@@ -37,21 +37,11 @@ class Model:
     modes: list[bool]  # each submodule's training flag at load
     kind: ClassVar[str] = "hf"
     share: ClassVar[float | None] = None  # it declares none: it gives way where a start's share is not free
-    parked_in_use: ClassVar[bool] = True
 
     @classmethod
     def loaded(cls, key: str, model: Any, run: Run) -> Model:
         """The handle of ``model``, just loaded by ``run``."""
         return cls(key, model, run, digest(model), [m.training for m in model.modules()])
-
-    def parts(self) -> tuple[object, ...]:
-        return (self.runner,)  # a thread holding it keeps it from a take (``in_use``)
-
-    def refusal(self, against: str | None) -> str | None:
-        return None  # parked as it is loaded: each take checks it (``alive``)
-
-    def differs(self, wanted: object) -> str | None:
-        return None  # its key is its whole configuration
 
     def in_use(self) -> bool:
         return _in_use(self)

@@ -9,9 +9,9 @@ its closure, its arguments or its running frames' variables, counts; a runner's 
 it starts) and the harness's (``harness-*``) do not.
 
 What a thread reaches is followed through containers and objects, through a function's closure, defaults
-and the globals its code names, and through running frames; never into modules or classes (from there
-everything is reachable). A thread that holds pytest's own objects (a test's ``request``) reaches every
-runner: it is counted against all of them.
+and the globals its code names, and through running frames; never into modules, classes or other threads
+(from there everything is reachable: threading's own table holds every thread). A thread that holds
+pytest's own objects (a test's ``request``) reaches every runner: it is counted against all of them.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def _reached(thread: threading.Thread, frame: types.FrameType | None) -> set[int
     stack = roots
     while stack:
         obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, _OPAQUE):
+        other = isinstance(obj, threading.Thread) and obj is not thread  # what it holds is its own
+        if id(obj) in seen or other or isinstance(obj, _OPAQUE):
             continue
         seen.add(id(obj))
         if isinstance(obj, types.FunctionType):  # not its globals: the names its code reads there

@@ -42,7 +42,7 @@ def _patch_transformers(module) -> None:
             config["model_files"] = files  # a local checkpoint rewritten is another model
         pool = reuse.pool("hf")
         key = None if pool is None else fingerprint("hf", config)
-        if key is not None and (kept := pool.take(key)) is not None:
+        if key is not None and (kept := pool.take(key, reuse.running())) is not None:
             return kept
         model_name = str(config.get("pretrained_model_name_or_path"))
         with starting("hf", model_name, config) as run:
@@ -50,7 +50,7 @@ def _patch_transformers(module) -> None:
         if run is not None:
             run.watch(model)
             if key is not None:
-                pool.park(hf_reuse.Model.loaded(key, model, run))
+                pool.park(hf_reuse.Model.loaded(key, model, run), reuse.running())
         return model
 
     from_pretrained.__harness__ = True  # type: ignore[attr-defined]
@@ -79,7 +79,7 @@ def _patch_sentence_transformers(module) -> None:
     @functools.wraps(original_new)
     def __new__(klass, *args, **kwargs):
         pool = reuse.pool("hf")
-        if pool is not None and (kept := pool.take(key(klass, args, kwargs)[1])) is not None:
+        if pool is not None and (kept := pool.take(key(klass, args, kwargs)[1], reuse.running())) is not None:
             handed.add(kept)
             return kept
         return original_new(klass) if original_new is object.__new__ else original_new(klass, *args, **kwargs)
@@ -96,7 +96,7 @@ def _patch_sentence_transformers(module) -> None:
         if run is not None:
             run.watch(self)
             if fingerprinted is not None and (pool := reuse.pool("hf")) is not None:
-                pool.park(hf_reuse.Model.loaded(fingerprinted, self, run))
+                pool.park(hf_reuse.Model.loaded(fingerprinted, self, run), reuse.running())
 
     __init__.__harness__ = True  # type: ignore[attr-defined]
     cls.__new__ = __new__

@@ -9,6 +9,7 @@ so "never two engines side by side" is checked on every start.
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -20,7 +21,8 @@ from harness.config.settings import load_settings
 from harness.ledger.writer import LedgerWriter
 from harness.platform.host import HostPlatform
 from harness.tracking import context
-from harness.tracking.reuse import FRESH, Pool
+from harness.tracking.handles import FRESH, Terms
+from harness.tracking.reuse import Pool, running
 from harness.tracking.vllm import key as keys
 from harness.tracking.vllm import parking
 from harness.tracking.vllm.llms import Started
@@ -52,7 +54,6 @@ class Stand:
     shutdown: Callable[[Engine], None]
     dead: Callable[[], str | None] = lambda: None
     kind = "vllm"
-    parked_in_use = False
 
     @property
     def key(self) -> str:
@@ -69,15 +70,12 @@ class Stand:
     def parts(self) -> tuple[object, ...]:
         return (self.runner,)
 
-    def refusal(self, against: str | None) -> str | None:
+    def refusal(self) -> str | None:
         engine = self.runner
-        return parking.parking_refusal(self.began, against, lambda: reset(engine), lambda: state(engine))
+        return parking.parking_refusal(self.began, None, lambda: reset(engine), lambda: state(engine))
 
     def differs(self, wanted: object) -> str | None:
         return keys.differs(self.began, wanted)
-
-    def in_use(self) -> bool:
-        return False
 
     def alive(self) -> str | None:
         return self.dead()
@@ -89,7 +87,7 @@ class Stand:
 
 def track(pool, engine, run, key="", base=None, environment=None, objects=None) -> None:
     """What the instrumented ``vllm.LLM`` notes of a start (``vllm.llms.Tracked.began``)."""
-    fresh = pool.mode == FRESH
+    fresh = running().mode == FRESH
     began[engine] = Started(run, state(engine), key, base, environment or {}, fresh, objects or {})
 
 
@@ -104,7 +102,9 @@ began: weakref.WeakKeyDictionary[Engine, Started] = weakref.WeakKeyDictionary()
 def park(pool, key, engine, shutdown, dead=lambda: None) -> bool:
     """What the adapter does when an engine's owner closes it: one handle, parked (False: stop it)."""
     known = began.get(engine)
-    return pool.park(Stand(engine, None if known is None else replace(known, key=key), shutdown, dead))
+    return pool.park(
+        Stand(engine, None if known is None else replace(known, key=key), shutdown, dead), running()
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -125,7 +125,7 @@ def world(tmp_path):
     alive: set[Engine] = set()
 
     def start(key: str, fraction: float | None = 0.9) -> Engine:
-        engine = pool.take(key)
+        engine = pool.take(key, running())
         if engine is None:
             pool.make_room(fraction)  # what the instrumented vllm.LLM does before every start
             assert not alive, "a new engine would start beside a warm one"
@@ -185,8 +185,8 @@ def test_what_a_reset_undoes_is_undone_and_what_it_cannot_is_refused(world):
     assert start("A") is engine
     engine.dirty = "stuck"
     close("A", engine)  # handed to this test: held for its replay until its outcome is known
-    assert pool.held and engine in alive
-    pool.let_go()
+    assert running().held and engine in alive
+    pool.let_go(running())
     assert engine not in alive
     assert [r["reason"] for r in ledger.read(directory).refusals] == [
         "it was left asleep and did not wake up fully"
@@ -197,7 +197,7 @@ def test_the_fresh_engine_marker_gets_a_new_engine_and_leaves_nothing_warm(world
     pool, alive, start, close, directory = world
     warm = start("A")
     close("A", warm)
-    pool.mode = FRESH
+    running().mode = FRESH
     fresh = start("A")
     assert fresh is not warm and alive == {fresh}
     close("A", fresh)
@@ -211,29 +211,32 @@ def test_a_warm_engine_is_not_handed_to_a_start_under_another_vllm_environment(w
     track(pool, engine, _Run(0.3), "A-1", "A", {"VLLM_USE_V2_MODEL_RUNNER": "1"})
     close("A-1", engine)
     other = want("A-0", "A", {"VLLM_USE_V2_MODEL_RUNNER": "0", "HF_HUB_OFFLINE": "1"})
-    assert pool.take("A-0", other) is None
-    assert pool.take("B", want("B", "B")) is None  # another configuration altogether: nothing to say
+    assert pool.take("A-0", running(), other) is None
+    assert (
+        pool.take("B", running(), want("B", "B")) is None
+    )  # another configuration altogether: nothing to say
     [refusal] = ledger.read(directory).refusals
     assert refusal["runner"] == "main-1" and refusal["fingerprint"] == "A-1"
     assert refusal["reason"] == (
         "the environment vLLM reads differs from its start's "
         "(HF_HUB_OFFLINE=None -> '1', VLLM_USE_V2_MODEL_RUNNER='1' -> '0')"
     )
-    assert pool.take("A-1", want("A-1", "A", {"VLLM_USE_V2_MODEL_RUNNER": "1"})) is engine
+    assert pool.take("A-1", running(), want("A-1", "A", {"VLLM_USE_V2_MODEL_RUNNER": "1"})) is engine
 
 
 def test_a_fresh_engine_test_shuts_every_warm_engine_down_and_says_why(world):
     pool, alive, start, close, directory = world
     a = start("A")
     close("A", a)
-    pool.fresh_test("test_x.py::test_fresh")
+    context.current().test = Terms("test_x.py::test_fresh", FRESH)  # what the safety-net plugin sets
+    pool.fresh_test(running())
     assert not alive and not pool.warm
     fresh = start("A")
     close("A", fresh)  # started under the marker: refused although the pool's flag is read, not passed
     assert not alive
     assert [(r["test"], r["reason"]) for r in ledger.read(directory).refusals] == [
         ("test_x.py::test_fresh", "the next test asked for a fresh engine (fresh_engine marker)"),
-        ("test_x.py::test_one", "the test asked for a fresh engine (fresh_engine marker)"),
+        ("test_x.py::test_fresh", "the test asked for a fresh engine (fresh_engine marker)"),
     ]
 
 
@@ -241,9 +244,9 @@ def test_an_engine_its_owner_stops_again_while_parked_is_not_handed_on(world):
     pool, alive, start, close, _ = world
     engine = start("A")
     close("A", engine)
-    pool.drop(engine)
+    pool.drop(engine, running())
     alive.discard(engine)  # what its owner's second shutdown does
-    assert not pool.holds(engine) and start("A") is not engine
+    assert not pool.holds(engine, running()) and start("A") is not engine
 
 
 def test_more_warm_engines_only_when_configured_and_their_fractions_fit(tmp_path):
@@ -279,10 +282,11 @@ def test_a_failed_tests_engines_are_shut_down_and_what_it_closes_after_is_not_pa
     parked = start("A")
     close("A", parked)
     later = start("B")  # shuts the warm A down first (capacity 1)
-    pool.test_failed("test_x.py::test_one")
+    pool.failed(running())
     close("B", later)
     assert not alive and not pool.warm
-    pool.next_test("test_x.py::test_two", None)
+    previous, context.current().test = running(), Terms("test_x.py::test_two")
+    pool.begin(running(), previous)
     engine = start("B")
     close("B", engine)
     assert pool.warm and alive == {engine}  # the next test parks again
@@ -296,7 +300,7 @@ def test_an_engine_that_died_while_warm_is_not_handed_on(world):
     died: list[str] = []
     assert park(pool, "A", engine, alive.discard, lambda: died[0] if died else None)
     died.append("its engine process 4242 exited (-9)")
-    assert pool.take("A") is None and not alive and not pool.warm
+    assert pool.take("A", running()) is None and not alive and not pool.warm
     [refusal] = ledger.read(directory).refusals
     assert refusal["reason"] == "its engine process 4242 exited (-9)"
 
@@ -312,7 +316,7 @@ def test_a_forked_test_finds_no_engine_reuse_kept_and_parks_nothing(world):
     if pid == 0:  # the child: any failure is its exit status
         code = 1
         try:
-            assert pool.take("A") is None and not pool.warm
+            assert pool.take("A", running()) is None and not pool.warm
             own = Engine("A", alive)
             track(pool, own, None)
             close("A", own)
@@ -368,12 +372,41 @@ def test_a_refusal_names_the_argument_that_holds_another_object(world):
     engine = Engine("A", alive)
     track(pool, engine, _Run(0.3), "A-1", "A", {"VLLM_X": "1"}, {"hf_overrides": [11]})
     close("A-1", engine)
-    assert pool.take("A-2", want("A-2", "A", {"VLLM_X": "1"}, {"hf_overrides": [12]})) is None
+    assert pool.take("A-2", running(), want("A-2", "A", {"VLLM_X": "1"}, {"hf_overrides": [12]})) is None
     wanted = want("A-3", "A", {"VLLM_X": "1", "SECRET_TOKEN": "s3cr3t"}, {"hf_overrides": [11]})
-    assert pool.take("A-3", wanted) is None
+    assert pool.take("A-3", running(), wanted) is None
     reasons = [r["reason"] for r in ledger.read(directory).refusals]
     assert reasons == [
         "hf_overrides holds another object than at its start (an object that is not data is compared by "
         "identity)",
         "the environment vLLM reads differs from its start's (SECRET_TOKEN)",  # a name, not its value
     ]
+
+
+def test_an_engine_a_thread_left_by_its_test_can_reach_is_refused_at_its_park_and_at_the_tests_end(world):
+    """The reuse residue (issue 58) over stand-ins: a thread the test started that still holds the engine
+    keeps it from the pool, whether it was started before the close (refused at the park) or after it
+    (refused when the test's teardown is over); once it has ended, an engine parks again. Each thread waits
+    on an event: what it holds is the same whenever the check runs."""
+    pool, alive, start, close, directory = world
+    context.current().test = Terms("test_x.py::test_one")  # what the safety-net plugin sets at setup
+    go = threading.Event()
+    engine = start("A")
+    early = threading.Thread(target=lambda: go.wait() and engine, name="early")
+    early.start()
+    close("A", engine)  # the thread can still send it a request: not kept
+    assert not pool.warm and engine not in alive
+    go.set()
+    early.join()  # ended: it reaches nothing any more
+    other = start("A")
+    close("A", other)
+    assert pool.warm and other in alive
+    late = threading.Timer(600, lambda: other)
+    late.start()  # after the close
+    pool.ended(running())
+    assert not pool.warm and other not in alive
+    late.cancel()
+    late.join()
+    reasons = [r["reason"] for r in ledger.read(directory).refusals]
+    assert [r.split(" (")[0] for r in reasons] == ["a thread its test left running can still reach it"] * 2
+    assert "early (thread)" in reasons[0] and "(timer)" in reasons[1]

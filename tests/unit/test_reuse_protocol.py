@@ -15,7 +15,9 @@ from harness.config.settings import load_settings
 from harness.ledger.writer import LedgerWriter
 from harness.platform.host import HostPlatform
 from harness.tracking import context, hf_reuse
-from harness.tracking.reuse import Parked, Pool
+from harness.tracking.handles import Parked, Terms
+from harness.tracking.policies import POLICIES
+from harness.tracking.reuse import Pool, running
 from harness.tracking.vllm import llms, parking
 
 pytest_plugins = ["pytester"]
@@ -68,21 +70,23 @@ def _engine(stopped: list, refused: str | None = None, fraction: float = 0.5) ->
 
 def test_both_kinds_park_take_and_refuse_through_one_pool_and_one_writer(pool, tiny, tmp_path):
     model = tiny()
-    assert pool.park(hf_reuse.Model.loaded("M", model, _Run("main-1", None)))
+    assert pool.park(hf_reuse.Model.loaded("M", model, _Run("main-1", None)), running())
     del model  # its test is done with it
-    handed = pool.take("M")
-    assert handed is not None and pool.take("M") is None  # still in use: not handed on, not refused
+    handed = pool.take("M", running())
+    assert (
+        handed is not None and pool.take("M", running()) is None
+    )  # still in use: not handed on, not refused
     del handed
-    handed = pool.take("M")  # an open handle stays parked: handed on again while unchanged
+    handed = pool.take("M", running())  # an open handle stays parked: handed on again while unchanged
     assert handed is not None
     handed.lm_head.weight.data.add_(1.0)  # a test changes it in place
     del handed
-    assert pool.take("M") is None and not pool.warm  # refused by the pool, dropped
+    assert pool.take("M", running()) is None and not pool.warm  # refused by the pool, dropped
     stopped: list[str] = []
     closing = _engine(
         stopped, refused="it counts stats (disable_log_stats=False): its counters would carry over"
     )
-    assert not pool.park(closing)  # refused at its park: its owner stops it
+    assert not pool.park(closing, running())  # refused at its park: its owner stops it
     read = ledger.read(tmp_path)
     assert [(r["kind"], r["fingerprint"], r["runner"]) for r in read.reuses] == [("hf", "M", "main-1")] * 2
     assert all(r["handoff_s"] >= 0 for r in read.reuses)  # one writer: the same fields for either kind
@@ -96,18 +100,19 @@ def test_engines_give_way_by_place_and_share_and_models_stay_for_their_check(poo
     """One make_room: an HF model takes no engine place and stays where a start's share fits (the CPU);
     a fresh_engine test and a failed one shut engines down and leave the model to its next check."""
     model = tiny()
-    assert pool.park(hf_reuse.Model.loaded("M", model, _Run("main-1", None)))
+    assert pool.park(hf_reuse.Model.loaded("M", model, _Run("main-1", None)), running())
     stopped: list[str] = []
-    pool.warm["E"] = Parked(_engine(stopped))  # a warm engine, and one held for a replay
-    pool.held["E"] = Parked(_engine(stopped))
+    pool.warm["E"] = Parked(_engine(stopped), POLICIES["vllm"])  # a warm engine, and one held for a replay
+    running().held["E"] = Parked(_engine(stopped), POLICIES["vllm"])
     pool.make_room(0.5)  # a start in a pool of one engine place: both engines give way, the model stays
-    assert stopped == ["E", "E"] and set(pool.warm) == {"M"} and not pool.held
-    pool.fresh_test("test_x.py::test_fresh")
-    pool.test_failed("test_x.py::test_one")
+    assert stopped == ["E", "E"] and set(pool.warm) == {"M"} and not running().held
+    pool.fresh_test(Terms("test_x.py::test_fresh", "fresh"))
+    pool.failed(running())
     assert set(pool.warm) == {"M"}
-    pool.next_test("test_x.py::test_two")
+    previous, context.current().test = running(), Terms("test_x.py::test_two")
+    pool.begin(running(), previous)
     del model
-    assert pool.take("M") is not None
+    assert pool.take("M", running()) is not None
 
 
 SUITE = """

@@ -1,5 +1,5 @@
-"""Parking a closed engine in the reuse pool: its handle (``Engine``, a ``reuse.Handle``), why it may not
-be parked (``parking_refusal``, ``unparkable``), and the two ways an engine is closed: by its owner's
+"""Parking a closed engine in the reuse pool: its handle (``Engine``, a ``reuse.Closing`` handle), why it
+may not be parked (``parking_refusal``, ``unparkable``), and the two ways an engine is closed: by its owner's
 shutdown (``park``) or by the harness's own runner (``close``)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.tracking import reuse
 from harness.tracking.context import current
-from harness.tracking.reuse import ASKED_FRESH
+from harness.tracking.handles import ASKED_FRESH
 from harness.tracking.vllm import health, key, llms
 from harness.tracking.vllm.llms import Started, Use
 
@@ -41,13 +41,13 @@ def park(llm, stop: Callable[[], object], own: bool = False) -> bool:
     pool = reuse.pool("vllm")
     if pool is None:
         return False
-    record = llms.of(llm)
+    record, test = llms.of(llm), reuse.running()
     if not llms.decide(llm):
         return False
-    if pool.holds(llm):  # stopped again while parked: its owner means it
-        pool.drop(llm)
+    if pool.holds(llm, test):  # stopped again while parked: its owner means it
+        pool.drop(llm, test)
         return False
-    parked = pool.park(Engine(llm, record.began, stop, unparkable(llm, own) or _left_by_error()))
+    parked = pool.park(Engine(llm, record.began, stop, unparkable(llm, own) or _left_by_error()), test)
     if parked:  # handed on later, closed again then: decided anew
         record.deciding = False
         if (use := record.use) is not None:
@@ -57,16 +57,15 @@ def park(llm, stop: Callable[[], object], own: bool = False) -> bool:
 
 @dataclass(eq=False)
 class Engine:
-    """The reuse pool's handle of a closed engine (a ``reuse.Handle``): checked at its park (what its
-    close knows against it, the pool's reason, a reset, its state against its start's), again before each
-    hand-on (``alive``), and stopped with the shutdown its owner asked for."""
+    """The reuse pool's handle of a closed engine (a ``reuse.Closing`` handle): checked at its park (after
+    the pool's reasons: what its close knows against it, a reset, its state against its start's), again
+    before each hand-on (``alive``), and stopped with the shutdown its owner asked for."""
 
     runner: Any  # the LLM
     began: Started | None
     stopping: Callable[[], object]  # its owner's shutdown
     refused: str | None = None  # what its close already knows against it (``unparkable``, an exception)
     kind: ClassVar[str] = "vllm"
-    parked_in_use: ClassVar[bool] = False
 
     @property
     def key(self) -> str:
@@ -84,17 +83,12 @@ class Engine:
         engine = getattr(self.runner, "llm_engine", None)
         return (self.runner, engine, getattr(engine, "engine_core", None))
 
-    def refusal(self, against: str | None) -> str | None:
+    def refusal(self) -> str | None:
         llm = self.runner
-        return parking_refusal(
-            self.began, self.refused or against, lambda: health.reset(llm), lambda: health.state(llm)
-        )
+        return parking_refusal(self.began, self.refused, lambda: health.reset(llm), lambda: health.state(llm))
 
     def differs(self, wanted: object) -> str | None:
         return key.differs(self.began, wanted)
-
-    def in_use(self) -> bool:
-        return False  # closed by its owner
 
     def alive(self) -> str | None:
         return health.alive(self.runner)
@@ -108,9 +102,10 @@ class Engine:
 def parking_refusal(
     began: Started | None, against: str | None, reset: Callable[[], str | None], now: Callable[[], str]
 ) -> str | None:
-    """Why an engine that began as ``began`` may not be parked, in order: ``against`` (its close's or the
-    pool's reason), a start under the fresh_engine marker, a start the harness did not see, what ``reset``
-    cannot undo, a state (``now()``) other than at its start; None when it may."""
+    """Why an engine that began as ``began`` may not be parked once the pool has no reason of its own, in
+    order: ``against`` (what its close knows against it), a start under the fresh_engine marker, a start the
+    harness did not see, what ``reset`` cannot undo, a state (``now()``) other than at its start; None when
+    it may."""
     if against is not None:
         return against
     if began is not None and began.fresh:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from harness.platform import cuda_fork
 from harness.tracking import reuse
 from harness.tracking.context import current
-from harness.tracking.reuse import FRESH
+from harness.tracking.handles import FRESH
 from harness.tracking.vllm import health, key, llms, parking
 from harness.tracking.vllm.llms import Started, Use
 from harness.tracking.vllm.tables import VLLM_DEFAULT_UTILIZATION, WRAPPED
@@ -49,7 +49,9 @@ def patch_llm(module) -> None:
             if config is not None:
                 wanted = key.reuse_key(config, args, kwargs)
                 objects = key.objects_by_argument(original, (None, *args), kwargs)
-                engine = pool.take(wanted, Started(None, "", wanted, arguments, variables, objects=objects))
+                engine = pool.take(
+                    wanted, reuse.running(), Started(None, "", wanted, arguments, variables, objects=objects)
+                )
             if engine is not None:
                 handed.add(engine)
                 if (use := llms.of(engine).use) is not None:
@@ -90,7 +92,7 @@ def patch_llm(module) -> None:
             watch_engine(self, run)
         if pool is not None:
             objects = key.objects_by_argument(original, (self, *args), kwargs)
-            fingerprint, fresh = key.reuse_key(config, args, kwargs), pool.mode == FRESH
+            fingerprint, fresh = key.reuse_key(config, args, kwargs), reuse.running().mode == FRESH
             llms.of(self).began = Started(
                 run, health.state(self), fingerprint, arguments, variables, fresh, objects
             )
