@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.config.variables import GPU_FREE, HISTORY, SWITCH
 from harness.errors import ConfigError
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(NamedTuple):  # every pytest session imports it: a NamedTuple, not a frozen dataclass
     """One option. ``dest`` is the name each parser stores its flag under; ``switch`` options are flags
     without a value (``store_true``) whose variable turns them on with ``1``."""
 
