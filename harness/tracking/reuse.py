@@ -268,7 +268,7 @@ class Pool:
 
     def _short_of(self, fraction: float) -> bool:
         platform = current().platform
-        if len(self._engines()) == len(self.warm) or platform.name == "cpu":
+        if len(self._engines()) == len(self.warm) or not platform.engine_memory_measured:
             return False
         return any(r.free_bytes < fraction * r.total_bytes for r in platform.memory().values())
 
