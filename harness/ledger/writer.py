@@ -178,7 +178,10 @@ class LedgerWriter:
         """Whether this writer wrote no NOTABLE event and its file is its directory's only one (no forked
         or spawned child, no xdist controller wrote beside it): then the directory holds nothing to
         account for, told without reading it."""
-        return not self.notable and os.listdir(self.directory) == [self.path.name]
+        # its files only: the footprints' folder beside them (harness.select.table) is no event
+        return not self.notable and [n for n in os.listdir(self.directory) if n.endswith(".jsonl")] == [
+            self.path.name
+        ]
 
     def close(self) -> None:
         self._closer()

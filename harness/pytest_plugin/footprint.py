@@ -11,12 +11,15 @@ call costs, and a test's own files are in its footprint by its module's import a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+from harness.ledger.redaction import Redactor
 from harness.pytest_plugin.recorder import DIRECTORY
 from harness.pytest_plugin.session import is_controller, worker_id
 from harness.select import profiler, table
@@ -35,8 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
     packages = os.environ.get(profiler.PACKAGES_VARIABLE)
     names = profiler.PACKAGES if packages is None else tuple(p for p in packages.split(",") if p)
     roots = profiler.roots(config.rootpath, names)
-    folder = config.stash[DIRECTORY] / table.FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = config.stash[DIRECTORY] / table.FOLDER  # made by the first writer: no file, no folder
     state = _Footprints(profiler.Recorder(profiler.Paths(roots)), folder, worker_id(config))
     config.stash[_STATE] = state
     config.pluginmanager.register(state, "harness-footprints")
@@ -69,6 +71,7 @@ class _Footprints:
         self.markers: dict[str, list[str]] = {}
         self.item: pytest.Item | None = None
         self.fixtures: dict[str, set[str]] = {}  # a fixture's name -> the owners of its definitions
+        self.tokens: dict[str, str] = {}  # a test's token (what its processes' files name) -> its node id
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector):
@@ -95,7 +98,9 @@ class _Footprints:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> None:
         self.item = item
-        os.environ[profiler.TEST] = item.nodeid  # a process it starts records as its
+        token = f"{self.worker}-{os.getpid()}-{len(self.tokens)}"  # a process it starts records under it
+        self.tokens[token] = item.nodeid
+        os.environ[profiler.TEST] = token
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
@@ -121,9 +126,28 @@ class _Footprints:
                     found |= self.recorder.files.get(owner, set())
         self.markers[nodeid] = sorted({mark.name for mark in item.iter_markers()})
 
-    def pytest_sessionfinish(self) -> None:
-        data = {"tests": {t: sorted(f) for t, f in self.tests.items()}, "markers": self.markers}
-        (self.folder / f"{self.worker}-{os.getpid()}.json").write_text(json.dumps(data) + "\n")
+    @pytest.hookimpl(trylast=True)  # after pytest's JUnit file: on a nearly full disk, the results first
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """The session's file, without credentials (a test's parameter may be one: the ledger's rule)."""
+        data = {
+            "tests": [[t, sorted(f)] for t, f in self.tests.items()],
+            "markers": [[t, m] for t, m in self.markers.items()],
+            "children": [[token, t] for token, t in self.tokens.items()],
+        }
+        args = [*sys.argv, *session.config.invocation_params.args]
+        clean = Redactor(os.environ, args).data(data)
+        path = self.folder / f"{self.worker}-{os.getpid()}.json"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(clean) + "\n")
+        except OSError as error:  # a full disk: one line; the next selection runs these tests (unknown)
+            with contextlib.suppress(OSError):  # a half-written file would read as no file at all anyway
+                path.unlink(missing_ok=True)
+            _said(path, error)
+
+
+def _said(path: Path, error: OSError) -> None:
+    sys.stderr.write(f"harness: footprints not recorded: {path}: {error.strerror or error}\n")
 
 
 def _fixture(baseid: str, argname: str) -> str:

@@ -8,7 +8,9 @@ package's files as ``vllm/...``, which is where they are in the package's own re
 
 A process the test starts records too, without a profiler (an engine's busy loop would pay for every
 call): ``pytest-gpu-harness.pth`` calls ``child()`` at interpreter start when ``DIRECTORY`` is set (a
-spawned process, ``vllm serve``), ``forked`` runs in a forked one; at its exit either writes the files of
+spawned process, ``vllm serve``; it loads this file as ``_harness_footprint``, importing no ``harness``
+module, so a pytest started there still rewrites the harness's asserts, and this module imports only the
+standard library), ``forked`` runs in a forked one; at its exit either writes the files of
 every module it imported (``imported``) as ``child-<pid>.json`` into ``DIRECTORY``, under the test that
 was running (``TEST``), where the session collects it.
 """
@@ -153,6 +155,7 @@ def _write(directory: str) -> None:
         return
     files = sorted(imported(recorder.paths))
     try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
         Path(directory, f"child-{os.getpid()}.json").write_text(
             json.dumps({"test": recorder.test, "files": files})
         )

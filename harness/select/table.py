@@ -1,8 +1,9 @@
 """report.json's ``footprints``: each test's files, stored once each (``files``) and named by index per test
 (``tests``), with each test's markers (``markers``) for ``[tool.harness.select]``'s marker rules.
 
-A session writes ``footprints/<worker>.json`` (``{"tests": {nodeid: [file...]}, "markers": {...}}``) and its
-child processes ``footprints/child-<pid>.json`` (``{"test", "files"}``) into its ledger directory;
+A session writes ``footprints/<worker>-<pid>.json`` (``{"tests": [[nodeid, [file...]]...], "markers":
+[[nodeid, [name...]]...], "children": [[token, nodeid]...]}``, redacted) and its child processes
+``footprints/child-<pid>.json`` (``{"test": token, "files"}``) into its ledger directory;
 ``collect`` reads them back into the report's shape. A file that cannot be read loses that process's
 footprint only: its tests then count as unknown to the next selection (selected), never as empty.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 FOLDER = "footprints"
 
@@ -54,29 +56,52 @@ def decode(section: object) -> tuple[dict[str, frozenset[str]], dict[str, frozen
 
 def collect(directories: Iterable[Path], since: float | None = None) -> dict | None:
     """The run's footprints from its sessions' folders (None where no session recorded any); files older
-    than ``since`` (the run's start) are an earlier run's in the same directory, which clearing it leaves."""
+    than ``since`` (the run's start) are an earlier run's in the same directory, which clearing it leaves.
+    A child's file names its test by the session's token for it (no node id: a parameter may be a
+    credential, and only the session redacts)."""
     tests: dict[str, set[str]] = {}
     markers: dict[str, set[str]] = {}
+    tokens: dict[str, str] = {}
+    children: list[dict] = []
     seen = False
     for directory in directories:
         folder = Path(directory) / FOLDER
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            try:
-                if since is not None and path.stat().st_mtime < since:
-                    continue
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if not isinstance(data, dict):
+            data = _read(path, since)
+            if data is None:
                 continue
             seen = True
             if path.name.startswith("child-"):
-                if isinstance(data.get("test"), str) and isinstance(data.get("files"), list):
-                    files = (f for f in data["files"] if isinstance(f, str))
-                    tests.setdefault(data["test"], set()).update(files)
+                children.append(data)
                 continue
-            for test, files in (data.get("tests") or {}).items():
-                tests.setdefault(test, set()).update(f for f in files if isinstance(f, str))
-            for test, names in (data.get("markers") or {}).items():
-                markers.setdefault(test, set()).update(n for n in names if isinstance(n, str))
+            for test, files in _pairs(data.get("tests")):
+                tests.setdefault(test, set()).update(f for f in _strings(files))
+            for test, names in _pairs(data.get("markers")):
+                markers.setdefault(test, set()).update(_strings(names))
+            tokens.update((t, n) for t, n in _pairs(data.get("children")) if isinstance(n, str))
+    for data in children:
+        owner = tokens.get(str(data.get("test")))
+        if owner is not None:
+            tests.setdefault(owner, set()).update(_strings(data.get("files")))
     return encode(tests, markers) if seen else None
+
+
+def _read(path: Path, since: float | None) -> dict | None:
+    try:
+        if since is not None and path.stat().st_mtime < since:
+            return None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _pairs(value: object) -> list[tuple[str, Any]]:
+    """A session file's ``[[key, value], ...]`` (a list: redaction never reads a node id as a field name)."""
+    if not isinstance(value, list):
+        return []
+    return [(p[0], p[1]) for p in value if isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)]
+
+
+def _strings(value: object) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []

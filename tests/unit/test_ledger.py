@@ -94,7 +94,7 @@ def test_worker_comes_from_the_session_not_an_inherited_variable(pytester, monke
         "-p", "no:cacheprovider", "--harness", "--harness-ledger-dir", "led"
     )
     assert result.ret == 0
-    assert sorted(p.name for p in (pytester.path / "led").iterdir()) == ["main.jsonl"]
+    assert sorted(p.name for p in (pytester.path / "led").glob("*.jsonl")) == ["main.jsonl"]
     assert [t["worker"] for t in ledger.read(pytester.path / "led").tests] == ["main"]
 
 

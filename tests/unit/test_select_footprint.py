@@ -122,13 +122,20 @@ def test_spawned_and_forked_processes_count_for_the_test_that_started_them(recor
     assert "pkg/spawned.py" not in recorded["tests/test_two.py::test_forks"]
 
 
-def test_the_pth_line_does_nothing_without_the_variable(tmp_path):
-    """Every interpreter of the environment runs it: outside a recording test it must not start one."""
-    code = f"exec(open({str(PTH)!r}).read().splitlines()[1]); from harness.select import profiler as f; "
-    code += "print(f._CHILD is None)"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_FOOTPRINT")}
+@pytest.mark.parametrize("armed", [False, True])
+def test_the_pth_line_imports_no_harness_module(tmp_path, armed):
+    """Every interpreter of the environment runs it. Unarmed it does nothing; armed it loads the recorder
+    by its file, as ``_harness_footprint``: importing ``harness`` there would keep a pytest started in a
+    test from rewriting its asserts (PytestAssertRewriteWarning), and cost every child the package."""
+    code = f"exec(open({str(PTH)!r}).read().splitlines()[1]); import sys; "
+    code += "print(sorted(m for m in sys.modules if m.startswith(('harness', '_harness'))))"
+    env = {k: v for k, v in os.environ.items() if "FOOTPRINT" not in k and k != "HARNESS_TEST_PROCESS"}
+    if armed:
+        env.update({profiler.DIRECTORY: str(tmp_path), profiler.TEST: "token"})
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "True"
+    assert done.stdout.strip() == ("['_harness_footprint']" if armed else "[]")
+    written = [json.loads(p.read_text())["test"] for p in tmp_path.glob("child-*.json")]
+    assert written == (["token"] if armed else [])
 
 
 def test_paths_name_files_under_their_root_and_nothing_else(tmp_path):
@@ -170,9 +177,10 @@ def test_a_malformed_section_is_a_reason_not_a_crash(section):
 def test_an_unreadable_session_file_loses_only_its_own_footprints(tmp_path):
     folder = tmp_path / "phase" / table.FOLDER
     folder.mkdir(parents=True)
-    (folder / "gw0-1.json").write_text('{"tests": {"t::a": ["x.py"]}, "markers": {}}')
+    (folder / "gw0-1.json").write_text('{"tests": [["t::a", ["x.py"]]], "children": [["gw0-1-0", "t::a"]]}')
     (folder / "gw1-2.json").write_text("{not json")
-    (folder / "child-3.json").write_text('{"test": "t::a", "files": ["y.py"]}')
+    (folder / "child-3.json").write_text('{"test": "gw0-1-0", "files": ["y.py"]}')
+    (folder / "child-4.json").write_text('{"test": "no-such-token", "files": ["z.py"]}')
     found = table.decode(table.collect([tmp_path / "phase"]))
     assert not isinstance(found, str)
     assert found[0] == {"t::a": frozenset({"x.py", "y.py"})}
@@ -184,8 +192,8 @@ def test_an_earlier_run_s_footprints_in_the_same_directory_are_not_this_run_s(tm
     this run's start. Old code: collect read them, so a deleted test kept a footprint."""
     folder = tmp_path / "phase" / table.FOLDER
     folder.mkdir(parents=True)
-    (folder / "main-1.json").write_text('{"tests": {"t::old": ["x.py"]}, "markers": {}}')
-    (folder / "main-2.json").write_text('{"tests": {"t::new": ["y.py"]}, "markers": {}}')
+    (folder / "main-1.json").write_text('{"tests": [["t::old", ["x.py"]]]}')
+    (folder / "main-2.json").write_text('{"tests": [["t::new", ["y.py"]]]}')
     os.utime(folder / "main-1.json", (1000.0, 1000.0))
     found = table.decode(table.collect([tmp_path / "phase"], since=2000.0))
     assert not isinstance(found, str) and set(found[0]) == {"t::new"}
@@ -196,3 +204,24 @@ def test_footprints_off_records_none(tmp_path):
     done = harness_run(tmp_path, "tiny", "--out", "out", HARNESS_FOOTPRINTS="0")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "footprints" not in json.loads((tmp_path / "out" / "report.json").read_text())
+
+
+def test_no_footprint_file_carries_a_credential_a_test_id_holds(tmp_path):
+    """A parameter may be a credential (the ledger's rule): the session's file is redacted, and a child's
+    names its test by a token. Old code: node ids were written raw."""
+    secret = "hf_s3cr3tvalue0123"
+    test = f"""
+        import subprocess, sys
+        import pytest
+
+        @pytest.mark.parametrize("value", [{secret!r}])
+        def test_uses(value):
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+        """
+    write(tmp_path, {"pyproject.toml": PYPROJECT, "tests/test_one.py": test})
+    done = harness_run(tmp_path, "tiny", "--out", "out", HF_TOKEN=secret)
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = list((tmp_path / "out").rglob(f"{table.FOLDER}/*.json"))
+    assert len(written) == 2 and not [p for p in written if secret in p.read_text()]
+    tests = json.loads((tmp_path / "out" / "report.json").read_text())["footprints"]["tests"]
+    assert list(tests) == ["tests/test_one.py::test_uses[[redacted]]"]
