@@ -18,11 +18,11 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.report import advisor, gpu_free
-from harness.select.record import joined
 from harness.report.build import files, starts
 from harness.report.compare import load_checked
 from harness.report.outcomes import worst
 from harness.report.schema import Report
+from harness.select.record import joined
 from harness.split import Shard, digest
 
 # every per-test and per-event list a shard holds: a list left out would keep only the first shard's
