@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from harness.ledger.redaction import Redactor
 from harness.platform import detect
 from harness.platform.slots import auto_workers
 from harness.report import baseline as before_after
-from harness.report import gpu_free_job
+from harness.report import gpu_free_job, quarantine_list
 from harness.report.finalize import finalize
 from harness.report.outcomes import NO_TESTS
 from harness.report.previous import History
@@ -70,6 +71,10 @@ def main(args) -> int:
     platform = detection.platform.name
     pyproject = find_pyproject()
     settings = load_settings(platform, pyproject, env)
+    root = pyproject.parent if pyproject else Path.cwd()  # a missing or bad quarantine file: one line, now
+    quarantined = quarantine_list.held(
+        quarantine_list.entries(settings.quarantine, settings.quarantine_file, root, platform)
+    )
     suite = load_suite(read_table(pyproject), args.suite, args.phases)
     args.changed_since, args.shadow = selecting.asked(args.changed_since, args.shadow, env)
     env[PACKAGES_VARIABLE] = selecting.packages(read_table(pyproject))  # what footprints record
@@ -108,6 +113,7 @@ def main(args) -> int:
                 env[GPU_FREE_TESTS] = str((out / "gpu-free.json").resolve())
             run = _Run(out, {}, {}, extra, env, settings, Console(), ci_deadline(env), lock)
             run.baseline = baseline
+            run.quarantined = quarantined
             run.previous, run.weights = given_history.history, given_history.weights
             run.history = given_history.record
             run.learned = bool(args.timeouts_from_history)
@@ -168,6 +174,7 @@ class _Run:
     rootdir: Path | None = None  # pytest's, from the run's collection: node ids are relative to it
     broken: bool = False  # a shard whose collection failed: its phases only collect, to show why
     history: dict | None = None  # --history: its source and the tests that failed there, or why none
+    quarantined: Callable[[str], bool] | None = None  # whether a test is quarantined: its crash does not gate
     changed: tuple | None = None  # --changed-since REF and --shadow (harness.run.selecting)
     table: dict = field(default_factory=dict)  # [tool.harness], for [tool.harness.select]
 
@@ -256,7 +263,7 @@ def _phase(run: _Run, phase) -> dict:
         args_ = select(None)
         env = {**run.env, "HARNESS_PHASE": phase.name}
         command = [sys.executable, "-m", "pytest"]
-        result = run_resuming(select, command, env, timeout, run.out, phase.name, [run.lock])
+        result = run_resuming(select, command, env, timeout, run.out, phase.name, [run.lock], run.quarantined)
     wall = time.time() - started
     entry = {"name": phase.name, "started": started, "wall_s": round(wall, 3), "args": args_, **result}
     entry["selected"] = count
