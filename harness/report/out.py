@@ -22,14 +22,9 @@ def target(path: str | Path, what: str = "--out") -> Path:
     """The path to write for ``path``: itself, or the file its symlink names; anything else there but a
     regular file is one ``HarnessError`` line."""
     path = Path(path)
-    if "\0" in str(path):
-        raise HarnessError(f"{what} {str(path)!r}: a path cannot hold a NUL byte")
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
+    mode = _mode(path, what)
+    if mode is None:
         return path  # a new file
-    except OSError as error:
-        raise HarnessError(f"{what} {path}: cannot write there ({error.strerror})") from None
     if stat.S_ISDIR(mode):
         raise HarnessError(f"{what} {path}: is a directory; give a file's path")
     if not stat.S_ISREG(mode):
@@ -52,14 +47,9 @@ def directory(path: str | Path, what: str = "--out") -> Path:
     """A directory the command writes files into: new, or an existing directory; anything else at that
     path is one ``HarnessError`` line."""
     path = Path(path)
-    if "\0" in str(path):
-        raise HarnessError(f"{what} {str(path)!r}: a path cannot hold a NUL byte")
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
+    mode = _mode(path, what)
+    if mode is None:
         return path
-    except OSError as error:
-        raise HarnessError(f"{what} {path}: cannot write there ({error.strerror})") from None
     if not stat.S_ISDIR(mode):
         raise HarnessError(f"{what} {path}: exists and is not a directory ({_kind(mode)})")
     return path
@@ -75,3 +65,16 @@ def _kind(mode: int) -> str:
         (stat.S_ISDIR, "a directory"),
     )
     return next((name for test, name in kinds if test(mode)), "not a file")
+
+
+def _mode(path: Path, what: str) -> int | None:
+    """What is at ``path`` (its ``st_mode``, links followed), or None where nothing is; a path the system
+    cannot look at is one ``HarnessError`` line."""
+    if "\0" in str(path):
+        raise HarnessError(f"{what} {str(path)!r}: a path cannot hold a NUL byte")
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise HarnessError(f"{what} {path}: cannot write there ({error.strerror})") from None
