@@ -6,7 +6,9 @@ the fixtures it uses (a wider-scoped fixture's setup ran once, for the first tes
 that uses it), and in the processes it started while it ran (``harness.select.profiler.child``).
 pytest's own machinery around them, fixture teardowns and other threads are not profiled: each profiled
 call costs, and a test's own files are in its footprint by its module's import anyway.
-``HARNESS_FOOTPRINTS=0`` records none.
+Recorded only where asked (``HARNESS_FOOTPRINTS=1``, which ``harness run`` sets where selection is in use):
+profiling costs CPU in every test's own process (docs/selection.md), and a run without footprints
+costs selection nothing but a conservative choice.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from harness.pytest_plugin.session import is_controller, worker_id
 from harness.select import profiler, table
 
 _STATE = pytest.StashKey["_Footprints"]()
-OFF = "HARNESS_FOOTPRINTS"  # "0": record none (then selection knows none of this run's tests)
 _ACTIVE: list[_Footprints] = []  # the recording session's, for a forked child (register_at_fork stays)
 
 
@@ -33,7 +34,7 @@ _ACTIVE: list[_Footprints] = []  # the recording session's, for a forked child (
 def pytest_configure(config: pytest.Config) -> None:
     if DIRECTORY not in config.stash or is_controller(config) or config.getoption("harness_phases"):
         return
-    if os.environ.get(OFF) == "0":  # the overhead benchmark's other side; a project that wants none
+    if os.environ.get(profiler.RECORD) != "1":  # not asked: no profiler's cost
         return
     packages = os.environ.get(profiler.PACKAGES_VARIABLE)
     names = profiler.PACKAGES if packages is None else tuple(p for p in packages.split(",") if p)

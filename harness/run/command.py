@@ -77,6 +77,7 @@ def main(args) -> int:
     )
     suite = load_suite(read_table(pyproject), args.suite, args.phases)
     args.changed_since, args.shadow = selecting.asked(args.changed_since, args.shadow, env)
+    selecting.arm_footprints(env, args.changed_since, args.shadow)
     env[PACKAGES_VARIABLE] = selecting.packages(read_table(pyproject))  # what footprints record
     for phase in suite.phases:  # each names files in the run directory (junit/<phase>.xml, ledger/<phase>/)
         directory.segment("phase", phase.name)

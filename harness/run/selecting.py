@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.report.previous import History
 from harness.report.store import load, write_atomic
-from harness.select import SELECTION, changes, choose, record, rules, table
+from harness.select import SELECTION, changes, choose, profiler, record, rules, table
 
 
 def packages(harness_table: dict) -> str:
@@ -127,3 +127,11 @@ def main(args) -> int:
     text, missed = record.rates(found)
     print("\n".join(text))
     return 1 if missed else 0
+
+
+def arm_footprints(env: dict[str, str], ref: str | None, shadow: bool) -> None:
+    """Footprints are recorded where selection is in use: a ``--changed-since`` or ``--shadow`` run, or a
+    pipeline that selects (``HARNESS_SELECT``, whose branch builds refresh the kept footprints); a
+    ``HARNESS_FOOTPRINTS`` the user set is kept."""
+    if ref or shadow or env.get(CI):
+        env.setdefault(profiler.RECORD, "1")

@@ -28,6 +28,7 @@ DIRECTORY = "HARNESS_FOOTPRINT_DIR"  # where processes a test starts write their
 TEST = "HARNESS_FOOTPRINT_TEST"  # the test that was running when the process started
 ROOTS = "HARNESS_FOOTPRINT_ROOTS"  # os.pathsep-separated "name=path" roots (the rootdir is "")
 PACKAGES = ("vllm",)  # default packages whose files count (``[tool.harness.select] packages``)
+RECORD = "HARNESS_FOOTPRINTS"  # "1": record (harness run sets it where selection is in use)
 PACKAGES_VARIABLE = "HARNESS_FOOTPRINT_PACKAGES"  # harness run's: the suite's packages, comma-separated
 
 

@@ -88,7 +88,7 @@ SUITE = {
 def recorded(tmp_path_factory) -> dict[str, frozenset[str]]:
     root = tmp_path_factory.mktemp("footprints")
     write(root, SUITE)
-    done = harness_run(root, "tiny", "--out", "out")
+    done = harness_run(root, "tiny", "--out", "out", HARNESS_FOOTPRINTS="1")
     assert done.returncode == 0, done.stdout + done.stderr
     decoded = table.decode(json.loads((root / "out" / "report.json").read_text())["footprints"])
     assert not isinstance(decoded, str), decoded
@@ -199,9 +199,12 @@ def test_an_earlier_run_s_footprints_in_the_same_directory_are_not_this_run_s(tm
     assert not isinstance(found, str) and set(found[0]) == {"t::new"}
 
 
-def test_footprints_off_records_none(tmp_path):
+@pytest.mark.parametrize("asked", [{}, {"HARNESS_FOOTPRINTS": "0"}], ids=["plain", "off"])
+def test_a_run_without_selection_records_no_footprints(tmp_path, asked):
+    """Footprints cost CPU in every test's process (an engine test: 64 -> 105 CPU-s, docs/selection.md):
+    a run records them only where selection is in use or they are asked for. Old code: every run did."""
     write(tmp_path, {"pyproject.toml": PYPROJECT, "tests/test_one.py": "def test_one():\n    pass\n"})
-    done = harness_run(tmp_path, "tiny", "--out", "out", HARNESS_FOOTPRINTS="0")
+    done = harness_run(tmp_path, "tiny", "--out", "out", **asked)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "footprints" not in json.loads((tmp_path / "out" / "report.json").read_text())
 
@@ -219,7 +222,7 @@ def test_no_footprint_file_carries_a_credential_a_test_id_holds(tmp_path):
             subprocess.run([sys.executable, "-c", "pass"], check=True)
         """
     write(tmp_path, {"pyproject.toml": PYPROJECT, "tests/test_one.py": test})
-    done = harness_run(tmp_path, "tiny", "--out", "out", HF_TOKEN=secret)
+    done = harness_run(tmp_path, "tiny", "--out", "out", HF_TOKEN=secret, HARNESS_FOOTPRINTS="1")
     assert done.returncode == 0, done.stdout + done.stderr
     written = list((tmp_path / "out").rglob(f"{table.FOLDER}/*.json"))
     assert len(written) == 2 and not [p for p in written if secret in p.read_text()]

@@ -82,7 +82,7 @@ def recorded(tmp_path_factory) -> Path:
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "one")
-    done = harness_run(root, "tiny", "--out", "hist")
+    done = harness_run(root, "tiny", "--out", "hist", HARNESS_FOOTPRINTS="1")  # a branch build's
     assert done.returncode == 0, done.stdout + done.stderr
     return root
 
