@@ -4,16 +4,17 @@ in shadow it runs, and its JUnit properties say selection would have skipped it.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
+from harness.errors import HarnessError
 from harness.select.record import REASON
 
 
 class Selected:
-    def __init__(self, listing: dict) -> None:
+    def __init__(self, listing: Mapping[str, Any]) -> None:
         self.mode, self.ref = listing["mode"], listing["ref"]
         self.skipped = frozenset(listing["skipped"])
 
@@ -33,8 +34,11 @@ class Selected:
 
 
 def load(path: str) -> Selected:
-    """The run's list (``record.VARIABLE``); unreadable: a usage error, never a silent full or empty run."""
+    """The run's list (``record.VARIABLE``), through the one loader (a FIFO, a device or a bad field is
+    refused without blocking); unreadable: a usage error, never a silent full or empty run."""
+    from harness.report.store import skipped_list  # noqa: PLC0415 -- its schema loads only here
+
     try:
-        return Selected(json.loads(Path(path).read_text()))
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise pytest.UsageError(f"harness: selection list {path}: {error}") from None
+        return Selected(skipped_list(path))
+    except HarnessError as error:
+        raise pytest.UsageError(f"harness: selection list: {error}") from None

@@ -108,6 +108,16 @@ class GpuFreeList(TypedDict):
     tests: list[str]
 
 
+class SkippedList(TypedDict):
+    """``selection-skipped.json`` (``HARNESS_SELECTED``): the tests ``harness run --changed-since`` leaves
+    out (``harness.run.selecting``), which a phase's session skips, or in shadow marks
+    (``harness.pytest_plugin.selected``)."""
+
+    mode: Literal["on", "shadow"]
+    ref: str
+    skipped: list[str]
+
+
 class PhaseSelection(TypedDict):
     """One phase as the run's one collection selects it: its paths and its ``-m`` / ``-k``."""
 

@@ -36,6 +36,7 @@ from harness.report.schema import (
     PhasesFile,
     Report,
     SelectionFile,
+    SkippedList,
 )
 
 MAX_BYTES = 256 * 2**20  # a report or phases file larger than this is not one the harness wrote
@@ -131,6 +132,14 @@ def selection_file(path: str | Path) -> SelectionFile:
     path = Path(path)
     found = json_object(path, "selection file")
     return cast(SelectionFile, checked(path, found, SelectionFile, "selection file"))
+
+
+def skipped_list(path: str | Path) -> SkippedList:
+    """``selection-skipped.json``, the tests a run's selection leaves out, as ``harness run`` wrote it."""
+    path = Path(path)
+    return cast(
+        SkippedList, checked(path, json_object(path, "selection list"), SkippedList, "selection list")
+    )
 
 
 def quarantine_list(path: str | Path) -> list[quarantine.Entry]:

@@ -6,12 +6,15 @@ inputs select everything with one line saying why, or refuse in one line with ex
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from harness.select import SELECTION
 from tests.unit.test_shards import harness, harness_run
 
 PYPROJECT = """
@@ -287,3 +290,30 @@ def test_ci_s_variable_selects_on_a_pull_request_and_runs_everything_on_a_branch
     assert "selection" not in report(repo / "out") and "footprints" in report(repo / "out")
     done = harness_run(repo, "tiny", "--out", "out", HARNESS_SELECT="always")
     assert done.returncode == 2 and "HARNESS_SELECT='always': expected one of on, shadow" in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device", "wrong shape"])
+def test_a_selection_list_that_is_no_list_file_is_one_line_and_never_blocks(tmp_path, kind):
+    """Old code: the session read the run's selection list with ``read_text`` (a FIFO without a writer
+    hung pytest; ``"skipped": "a"`` skipped nothing, silently). Now the one loader refuses each at once."""
+    (tmp_path / "test_x.py").write_text("def test_x(): pass\n")
+    path = tmp_path / "list"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "device":
+        path = Path("/dev/zero")
+    else:
+        path.write_text(json.dumps({"mode": "on", "ref": "main", "skipped": "test_x.py::test_x"}))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--harness", "test_x.py"],
+        cwd=tmp_path,
+        env={**os.environ, SELECTION: str(path)},
+        capture_output=True,
+        text=True,
+        timeout=120,  # old code: a FIFO never returned
+    )
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if "selection list" in line]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
