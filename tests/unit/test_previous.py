@@ -17,18 +17,10 @@ from harness import split
 from harness.pytest_plugin.order import arranged
 from harness.report.marks import decode, marked
 from harness.report.previous import History, scope, timeout_s
+from tests.unit.test_history import PYPROJECT  # the same tiny suite's table
 from tests.unit.test_shards import harness, harness_run
 
 pytest_plugins = ["pytester"]
-
-PYPROJECT = """
-[tool.harness.suites.tiny]
-paths = ["checks"]
-phases = [{name = "all", workers = "serial"}]
-
-[tool.pytest.ini_options]
-python_files = ["check_*.py"]
-"""
 
 
 @pytest.fixture
