@@ -2,10 +2,12 @@
 tests/unit/vllm_reuse/safety_suite.py (state left in an engine, a killed engine core, an error inside the
 ``with`` block, a forked test, a test that fails only on a handed-on engine) with reuse off and on.
 
-    python benchmarks/reuse_safety.py --work DIR [--platform cpu|cuda] [--runs off,on]
+    python benchmarks/reuse_safety.py --work DIR [--platform cpu|cuda] [--runs off,on] [--suite threads]
 
 ``--runs on`` runs one of them and reads the other from an earlier call's DIR (a device call is short);
 ``-k EXPR`` runs a part of the suite (``-k EXPR --part N`` keeps it apart from the rest of its run).
+``--suite threads`` runs tests/unit/vllm_reuse/threads_suite.py instead (tests that leave a thread or a
+timer behind; safety_suite.py beside it as its runner).
 
 Builds the suite's tiny generation model once under DIR, runs the suite with plain pytest and the harness
 observing (reuse off), then with ``--harness-reuse``, each its own ledger. Prints each test's outcome in
@@ -28,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "tests" / "unit" / "vllm_reuse" / "safety_suite.py"
+SUITES = {"safety": SUITE, "threads": SUITE.with_name("threads_suite.py")}
 sys.path.insert(0, str(ROOT))
 
 from harness import ledger  # noqa: E402
@@ -43,14 +46,15 @@ def model(work: Path) -> str:
     return str(where)
 
 
-def run(work: Path, name: str, reuse: bool, platform: str, select: str | None) -> None:
+def run(work: Path, name: str, reuse: bool, platform: str, select: str | None, suite: str) -> None:
     here = work / name
     shutil.rmtree(here, ignore_errors=True)
     here.mkdir(parents=True)
-    shutil.copy(SUITE, here / "test_safety.py")
+    shutil.copy(SUITE, here / "safety_suite.py")  # the runner the other suites import; not collected
+    shutil.copy(SUITES[suite], here / f"test_{suite}.py")
     (here / "pyproject.toml").write_text("[tool.harness]\n")
     env = {**os.environ, "SAFETY_MODEL": model(work), "HARNESS_PLATFORM": platform}
-    args = [sys.executable, "-m", "pytest", "test_safety.py", "-p", "no:cacheprovider", "-v"]
+    args = [sys.executable, "-m", "pytest", f"test_{suite}.py", "-p", "no:cacheprovider", "-v"]
     args += ["--harness-ledger-dir", str(here / "ledger"), *(["--harness-reuse"] if reuse else [])]
     args += ["-k", select] if select else []
     began = time.monotonic()
@@ -121,10 +125,11 @@ def main() -> int:
     parser.add_argument("--runs", default="off,on")
     parser.add_argument("-k", dest="select", help="pytest's -k: a part of the suite")
     parser.add_argument("--part", default="", help="a suffix of the run's folder, for a part")
+    parser.add_argument("--suite", choices=SUITES, default="safety", help="which suite (default: safety)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     for name in args.runs.split(","):
-        run(args.work, name + args.part, name == "on", args.platform, args.select)
+        run(args.work, name + args.part, name == "on", args.platform, args.select, args.suite)
     done = [name for name in ("off", "on") if any(args.work.glob(f"{name}*/wall_s"))]
     return report({name: read(args.work, name) for name in done})
 
