@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     names = profiler.PACKAGES if packages is None else tuple(p for p in packages.split(",") if p)
     roots = profiler.roots(config.rootpath, names)
     folder = config.stash[DIRECTORY] / table.FOLDER  # made by the first writer: no file, no folder
-    state = _Footprints(profiler.Recorder(profiler.Paths(roots)), folder, worker_id(config))
+    state = _Footprints(profiler.recorder(profiler.Paths(roots)), folder, worker_id(config))
     config.stash[_STATE] = state
     config.pluginmanager.register(state, "harness-footprints")
     os.environ[profiler.DIRECTORY] = str(folder)

@@ -1,8 +1,9 @@
-"""Recording which files' code ran: a C profiler (``cProfile``) switched between owners (a module's
-collection, a fixture, a test, a child process), each owner's files read from its code objects once.
+"""Recording which files' code ran: a recorder switched between owners (a module's collection, a fixture,
+a test, a child process), each owner's files read from its code objects once.
 
-Python 3.11 has no ``sys.monitoring``; ``cProfile`` is the profiler written in C (on 3.12+ it is built on
-``sys.monitoring``), so a call costs no Python frame of ours. Only files under the roots (the rootdir, the
+On Python 3.12+ ``sys.monitoring`` notes each code object's first start per owner and is then silent
+for it; 3.11 has no ``sys.monitoring``, so there it is ``cProfile``, the profiler written in C (a call
+costs no Python frame of ours, but every call costs). Only files under the roots (the rootdir, the
 packages the suite names, e.g. ``vllm``) are kept, as ``/``-separated paths relative to their root (a
 package's files as ``vllm/...``, which is where they are in the package's own repository).
 
@@ -70,24 +71,18 @@ class Paths:
         self.cache[filename] = found
         return found
 
-    def of(self, stats: Iterable) -> set[str]:
-        """The files of a profiler's entries (builtins have no code object, so no file)."""
-        codes = {entry.code for entry in stats}
-        named = (self.name(code.co_filename) for code in codes if hasattr(code, "co_filename"))
-        return {name for name in named if name is not None}
-
 
 def _shortest(item: tuple[str, str]) -> int:
     return -len(item[0])
 
 
 class Recorder:
-    """One process's profiler: ``switch(owner)`` files what ran since the last switch under the previous
-    owner and records for the new one (None: records nothing)."""
+    """One process's recorder: ``switch(owner)`` files what ran since the last switch under the previous
+    owner and records for the new one (None: records nothing). ``recorder(paths)`` makes the one this
+    Python has: ``Monitor`` (``sys.monitoring``, 3.12+) or ``Profile`` (``cProfile``, 3.11)."""
 
     def __init__(self, paths: Paths):
         self.paths = paths
-        self.profile = cProfile.Profile()
         self.owner: str | None = None
         self.files: dict[str, set[str]] = {}
         self.test: str | None = None  # in a child process: the test that started it
@@ -96,17 +91,86 @@ class Recorder:
         """Start recording for ``owner``; returns the previous owner."""
         previous = self.owner
         if previous is not None:
-            self.profile.disable()
-            self.files.setdefault(previous, set()).update(self.paths.of(self.profile.getstats()))
-            self.profile.clear()
+            found = {self.paths.name(f) for f in self._stop()}
+            self.files.setdefault(previous, set()).update(found - {None})  # type: ignore[arg-type]
         self.owner = owner
         if owner is not None:
-            self.profile.enable(subcalls=False, builtins=False)
+            self._start()
         return previous
 
     def take(self, owner: str) -> set[str]:
         """The files recorded for ``owner`` so far, forgotten here."""
         return self.files.pop(owner, set())
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _stop(self) -> set[str]:
+        """Stops recording; the code objects' file names seen since ``_start``."""
+        raise NotImplementedError
+
+
+class Profile(Recorder):
+    """Python 3.11: ``cProfile`` (C, so a call costs no Python frame of ours, but each call costs), read
+    once per owner; only the test's own thread is profiled."""
+
+    def __init__(self, paths: Paths):
+        super().__init__(paths)
+        self.profile = cProfile.Profile()
+
+    def _start(self) -> None:
+        self.profile.enable(subcalls=False, builtins=False)
+
+    def _stop(self) -> set[str]:
+        self.profile.disable()
+        entries = self.profile.getstats()  # builtins have no code object, so no file
+        self.profile.clear()
+        return {e.code.co_filename for e in entries if hasattr(e.code, "co_filename")}
+
+
+class Monitor(Recorder):
+    """Python 3.12+: ``sys.monitoring`` under a tool id of its own, PY_START only; a code object's first
+    start is noted and then disabled (``DISABLE``), so it costs once per owner, not per call;
+    ``restart_events()`` at each switch lets the next owner see it again. It sees every thread (a
+    footprint wider, never narrower). The tool id is held only while an owner records."""
+
+    TOOL_IDS = (3, 4)  # 0-2 and 5 are sys.monitoring's debugger, coverage, profiler and optimizer ids
+
+    def __init__(self, paths: Paths):
+        super().__init__(paths)
+        self.seen: set[str] = set()
+        self.tool: int | None = None
+
+    def _start(self) -> None:
+        monitoring = sys.monitoring  # type: ignore[attr-defined]
+        self.tool = next((i for i in self.TOOL_IDS if monitoring.get_tool(i) is None), None)
+        if self.tool is None:  # both taken: this owner records nothing (selection then runs it)
+            return
+        monitoring.use_tool_id(self.tool, "harness footprints")
+        add, disable = self.seen.add, monitoring.DISABLE
+
+        def started(code, offset: int):  # noqa: ANN202 (sys.monitoring's PY_START callback)
+            add(code.co_filename)
+            return disable
+
+        monitoring.register_callback(self.tool, monitoring.events.PY_START, started)
+        monitoring.restart_events()
+        monitoring.set_events(self.tool, monitoring.events.PY_START)
+
+    def _stop(self) -> set[str]:
+        monitoring = sys.monitoring  # type: ignore[attr-defined]
+        if self.tool is not None:
+            monitoring.set_events(self.tool, 0)
+            monitoring.register_callback(self.tool, monitoring.events.PY_START, None)
+            monitoring.free_tool_id(self.tool)
+            self.tool = None
+        seen, self.seen = self.seen, set()
+        return seen
+
+
+def recorder(paths: Paths) -> Recorder:
+    """This Python's recorder, chosen by version."""
+    return Monitor(paths) if sys.version_info >= (3, 12) else Profile(paths)
 
 
 _CHILD: Recorder | None = None
@@ -115,7 +179,7 @@ _CHILD: Recorder | None = None
 def child(env: Mapping[str, str] = os.environ) -> None:
     """In a process a test started (``DIRECTORY`` set): its files are written at its exit."""
     if _CHILD is None and env.get(DIRECTORY) and env.get(TEST):
-        _follow(Recorder(Paths(dict(_parse(env.get(ROOTS, ""))))), env[DIRECTORY], env[TEST])
+        _follow(recorder(Paths(dict(_parse(env.get(ROOTS, ""))))), env[DIRECTORY], env[TEST])
 
 
 def forked(recorder: Recorder, directory: str, test: str | None) -> None:
