@@ -67,7 +67,7 @@ class VllmRunner:
             return
         parked = parking.close(self.llm, self.settings.shutdown_timeout_s)
         self.llm = None
-        if not parked:
+        if not parked:  # dropped now: its memory goes back
             health.release()
 
     def get_llm(self):

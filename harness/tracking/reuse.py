@@ -92,7 +92,11 @@ class Pool:
 
     def park(self, handle: Handle, test: Terms) -> bool:
         """Keep ``handle`` for the next start of its key (its kind's policy decides when it is checked);
-        False (its owner stops it) when it is refused."""
+        False (its owner stops it) when it is refused, or when its runner is parked already (stopped again
+        while parked: its owner means it, and it is not handed on)."""
+        if self.holds(handle.runner, test):
+            self.drop(handle.runner, test)
+            return False
         return self.policies[handle.kind].park(self, handle, test)
 
     def take(self, key: str, test: Terms, wanted: object = None) -> Any | None:

@@ -244,9 +244,9 @@ def test_an_engine_its_owner_stops_again_while_parked_is_not_handed_on(world):
     pool, alive, start, close, _ = world
     engine = start("A")
     close("A", engine)
-    pool.drop(engine, running())
-    alive.discard(engine)  # what its owner's second shutdown does
-    assert not pool.holds(engine, running()) and start("A") is not engine
+    assert pool.holds(engine, running())
+    close("A", engine)  # its owner's second shutdown: the one park drops it, and its owner stops it
+    assert not alive and not pool.holds(engine, running()) and start("A") is not engine
 
 
 def test_more_warm_engines_only_when_configured_and_their_fractions_fit(tmp_path):

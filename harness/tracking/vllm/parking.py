@@ -22,32 +22,31 @@ if TYPE_CHECKING:
 
 
 def close(llm, timeout: float | None) -> bool:
-    """The harness's own runner closes ``llm``: parked (True) or shut down (False)."""
-    stop = llms.of(llm).stop
-    if stop is None:  # not watched (vLLM's internals moved): stopped as it is
-        llm.llm_engine.engine_core.shutdown(timeout=timeout)
-        return False
-    if park(llm, functools.partial(stop, timeout=timeout), own=True):
-        return True
-    stop(timeout=timeout)
-    return False
+    """The harness's own runner closes ``llm``: parked (True) or shut down (False; the runner gives its
+    memory back once it drops it). One path: the engine's own checks, the pool's one decision, the stop."""
+    stop = llms.of(llm).stop  # None: not watched (vLLM's internals moved), stopped as it is
+    parked = stop is not None and park(llm, functools.partial(stop, timeout=timeout), own=True)
+    if not parked:
+        (stop or llm.llm_engine.engine_core.shutdown)(timeout=timeout)
+    return parked
 
 
 def park(llm, stop: Callable[[], object], own: bool = False) -> bool:
-    """Park ``llm`` in the reuse pool instead of stopping it; False when there is no pool or it refuses.
+    """Park ``llm`` in the reuse pool instead of stopping it; False when there is no pool, its close is
+    being decided already, or the pool refuses it (or holds it already: stopped again, its owner means it).
 
-    The pool stops a parked engine later with ``stop``, the shutdown its owner asked for.
+    What the engine knows against itself (``unparkable``, a close by an exception) is read first, then the
+    pool decides once (its reasons, then the handle's); the pool stops a parked engine later with ``stop``,
+    the shutdown its owner asked for.
     """
     pool = reuse.pool("vllm")
     if pool is None:
         return False
-    record, test = llms.of(llm), reuse.running()
+    against = unparkable(llm, own) or _left_by_error()
     if not llms.decide(llm):
         return False
-    if pool.holds(llm, test):  # stopped again while parked: its owner means it
-        pool.drop(llm, test)
-        return False
-    parked = pool.park(Engine(llm, record.began, stop, unparkable(llm, own) or _left_by_error()), test)
+    record = llms.of(llm)
+    parked = pool.park(Engine(llm, record.began, stop, against), reuse.running())
     if parked:  # handed on later, closed again then: decided anew
         record.deciding = False
         if (use := record.use) is not None:
