@@ -35,7 +35,8 @@ def merge(reports: list[Report], names: list[str]) -> Report:
     _same(reports, names)
     accounting = account(reports, names)
     first = reports[0]
-    merged: dict = {**first, "shard": None, "shards": [shard_of(r) for r in reports]}
+    shards = [shard_of(report, name) for report, name in zip(reports, names, strict=True)]
+    merged: dict = {**first, "shard": None, "shards": [None if s is None else str(s) for s in shards]}
     for field in LISTS:
         merged[field] = [item for report in reports for item in report.get(field, [])]  # type: ignore[attr-defined]
     merged["samples"] = sorted((s for r in reports for s in r.get("samples", [])), key=lambda s: s["t"])
@@ -70,11 +71,13 @@ def _same(reports: list[Report], names: list[str]) -> None:
         seen = {read(r) for r in reports}
         if len(seen) > 1:
             raise HarnessError(f"the shards are of different {field}s ({', '.join(sorted(map(str, seen)))})")
-    if all(shard_of(report) is None for report in reports):
+    found = [shard_of(report, name) for report, name in zip(reports, names, strict=True)]
+    if all(shard is None for shard in found):
         _disjoint(reports, names)  # unsharded runs (one report per job)
         return
     shards = [
-        Shard.parse(shard_of(report), f"{name}: shard") for report, name in zip(reports, names, strict=True)
+        Shard.parse(None, f"{name}: shard") if shard is None else shard
+        for shard, name in zip(found, names, strict=True)
     ]
     counts = {shard.count for shard in shards}
     if len(counts) > 1:
@@ -87,7 +90,7 @@ def _same(reports: list[Report], names: list[str]) -> None:
     count = counts.pop()
     missing = sorted(set(range(count)) - {shard.index for shard in shards})
     if missing:
-        named = ", ".join(f"{index}/{count}" for index in missing[:NAMED])
+        named = ", ".join(str(Shard(index, count)) for index in missing[:NAMED])
         raise HarnessError(f"shard {named} of {count} missing: its job left no report to merge")
 
 
@@ -101,13 +104,14 @@ def _disjoint(reports: list[Report], names: list[str]) -> None:
                 )
 
 
-def shard_of(report: Report) -> object:
-    """A report's shard as written (``"i/N"``): ``harness run``'s, else that of the one split a pytest
-    session made under ``--num-shards`` (a report built from its ledger); None for an unsharded run."""
+def shard_of(report: Report, source: str = "report") -> Shard | None:
+    """A report's shard: ``harness run``'s (its ``shard``, as ``Shard`` writes it), else that of the one
+    split a pytest session made under ``--num-shards`` (a report built from its ledger); None for an
+    unsharded run. One that is no shard is one ``HarnessError`` line naming ``source``."""
     if report.get("shard") is not None:
-        return report["shard"]
+        return Shard.parse(report["shard"], f"{source}: shard")
     found = [s for s in report.get("splits", []) if isinstance(s, dict) and "selection" in s]
-    return f"{found[0].get('index')}/{found[0].get('count')}" if len(found) == 1 else None
+    return Shard.of_record(found[0], f"{source}: shard") if len(found) == 1 else None
 
 
 def recorded_split(report: Report, name: str) -> dict | None:
@@ -140,7 +144,8 @@ def account(reports: list[Report], names: list[str]) -> dict | None:
     ``{"tests", "accounted", "shards", "proven", "missing", "twice", "stray", "selection", "split"}``;
     ``proven`` is null where the reports recorded no split (made before they did). Shards that disagree
     on the split, or whose assigned tests are not their selection, are one ``HarnessError`` line."""
-    if all(shard_of(report) is None for report in reports):
+    shards = [shard_of(report, name) for report, name in zip(reports, names, strict=True)]
+    if all(shard is None for shard in shards):
         return None
     records = [recorded_split(report, name) for report, name in zip(reports, names, strict=True)]
     if all(record is None for record in records):
@@ -154,10 +159,9 @@ def account(reports: list[Report], names: list[str]) -> dict | None:
     if len(facts) > 1:
         raise HarnessError("the shards recorded two splits (selection, durations or assignment differ)")
     assigned: Counter[str] = Counter()
-    for record, report, name in zip(splits, reports, names, strict=True):
-        if f"{record['index']}/{record['count']}" != str(shard_of(report)):
-            recorded = f"{record['index']}/{record['count']}"
-            raise HarnessError(f"{name}: shard {shard_of(report)} recorded the split of {recorded}")
+    for record, shard, name in zip(splits, shards, names, strict=True):
+        if (recorded := Shard.of_record(record, f"{name}: its recorded split")) != shard:
+            raise HarnessError(f"{name}: shard {shard} recorded the split of {recorded}")
         assigned.update(set(record["assigned"]))
     selection = splits[0]["selection"]
     if (
