@@ -25,6 +25,7 @@ from harness.config.validate import check
 from harness.config.variables import COMPILE_CACHE, GPU_FREE, HISTORY
 from harness.report import gpu_free_job
 from harness.report.publish import annotation_context
+from harness.select import SELECT
 
 _NOX_VENV = ".harness-nox"
 # Buildkite's own retry conditions for work lost to the machine, not to the tests.
@@ -81,7 +82,7 @@ def _gpu_free_step(cell: Cell, settings: CiSettings, base: baseline_step.Build, 
         "agents": {"queue": settings.queues["cpu"]},
         "commands": _commands(cpu, settings, 1, container, minutes, out),
         "timeout_in_minutes": minutes,
-        "env": {HISTORY: baseline_step.history_dir(cell), GPU_FREE: "only"},
+        "env": {HISTORY: baseline_step.history_dir(cell), GPU_FREE: "only", SELECT: settings.select},
         "retry": retries(settings),
         "artifact_paths": [f"{out}/**/*"],
         "plugins": [
@@ -157,7 +158,11 @@ def _step(
         "timeout_in_minutes": minutes,
         # the run's history: what the cache restored (a missing one is a summary line, never a failure);
         # the docker plugin propagates the step's environment into the container
-        "env": {HISTORY: baseline_step.history_dir(cell), COMPILE_CACHE: baseline_step.compile_dir(cell)},
+        "env": {
+            HISTORY: baseline_step.history_dir(cell),
+            COMPILE_CACHE: baseline_step.compile_dir(cell),
+            SELECT: settings.select,  # a pull request's build selects; a branch's runs all, records
+        },
         "retry": retries(settings),
         "artifact_paths": [f"{cell.shard_dirs(parallelism)}/**/*"],
     }

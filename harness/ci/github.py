@@ -53,6 +53,7 @@ def _row(cell: Cell, settings: CiSettings, minutes: int) -> dict:
     ``image`` and ``container_options`` are the job's ``container`` (empty: the job runs on the runner);
     ``timeout_minutes`` its ``timeout-minutes``; ``history_platform`` the platform whose kept reports are
     its history; ``compile_cache`` its ``HARNESS_COMPILE_CACHE``; ``gpu_free`` its ``HARNESS_GPU_FREE``;
+    ``select`` its ``HARNESS_SELECT`` (``[tool.harness.ci] select``);
     ``fail_on_regression``, ``baseline_branches`` and ``gpu_free_artifact`` are for the compare job.
     """
     container = settings.container(cell.platform)
@@ -71,6 +72,7 @@ def _row(cell: Cell, settings: CiSettings, minutes: int) -> dict:
         "history_platform": cell.platform,
         "compile_cache": baseline_step.compile_dir(cell),
         "gpu_free": "",
+        "select": settings.select,  # HARNESS_SELECT: a pull request's build selects, a branch's records
         # the compare job: gates for builds that compare, branches whose pushes keep the baseline
         "fail_on_regression": " ".join(settings.fail_on_regression),
         "baseline_branches": list(settings.baseline_branches),

@@ -22,6 +22,7 @@ from harness.platform import PLATFORMS
 from harness.platform.jobs import DEFAULT_CELLS, DEVICE_NODES, DEVICE_OPTIONS, QUEUES, RUNTIMES
 from harness.platform.packages import installed
 from harness.report.compare import Gate
+from harness.select.choose import MODES
 from harness.split import MAX_SHARDS
 
 # The docker run flags both CI systems can express (GitHub's container options, Buildkite's docker plugin).
@@ -73,6 +74,10 @@ class CiSettings:
     # the GPU-free tests that a GPU cell's history lists (report.gpu_free, and those that passed on this
     # job last time) run in a CPU job of their own, deselected from the GPU steps; no history: nothing moves
     gpu_free_job: bool = False
+    # HARNESS_SELECT in every test step: a pull request's build selects since its base branch, in shadow
+    # (every test runs, the false greens recorded) or for real ("on"); a branch's build runs every test
+    # and refreshes the footprints in the history it keeps (docs/selection.md § In CI)
+    select: str = "shadow"
 
     def container(self, platform: str) -> Container | None:
         """The container a cell of ``platform`` runs in, or None: it runs on the agent itself."""
@@ -215,6 +220,8 @@ def _settings(table: dict) -> CiSettings:
             expected(f"{where} platforms", f"names from {', '.join(PLATFORMS)}", platform)
     _check_containers(values)
     _check_baseline(values)
+    if values.get("select", "shadow") not in MODES:
+        expected(f"{where} select", " or ".join(repr(mode) for mode in MODES), values["select"])
     device_options = {**DEVICE_OPTIONS, **values.pop("device_options", {})}
     return CiSettings(queues={**QUEUES, **queues}, device_options=device_options, **values)
 

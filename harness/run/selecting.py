@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.report.previous import History
 from harness.report.store import load, write_atomic
-from harness.select import SELECTION, changes, choose, profiler, record, rules, table
+from harness.select import SELECT, SELECTION, changes, choose, profiler, record, rules, table
 
 
 def packages(harness_table: dict) -> str:
@@ -27,7 +27,7 @@ def packages(harness_table: dict) -> str:
     return ",".join(rules.load(harness_table.get("select")).packages)
 
 
-CI = "HARNESS_SELECT"  # a pipeline's: "shadow" or "on", for its pull-request builds (docs/selection.md)
+CI = SELECT  # a pipeline's: "shadow" or "on", for its pull-request builds (docs/selection.md)
 
 
 def asked(ref: str | None, shadow: bool, env: Mapping[str, str]) -> tuple[str | None, bool]:

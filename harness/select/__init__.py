@@ -4,3 +4,5 @@ a change touches, and the tests that meet them. Pure logic and the footprint rec
 
 # harness run -> each phase's pytest: the file that lists what selection leaves out
 SELECTION = "HARNESS_SELECTION"
+# a pipeline's test steps -> harness run: "shadow" or "on" on a pull request's build (harness ci writes it)
+SELECT = "HARNESS_SELECT"

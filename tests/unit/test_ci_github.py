@@ -75,6 +75,7 @@ def test_github_matrix_is_one_line_of_cells_with_unique_artifacts(project):
         "history_platform": "cuda",  # whose kept reports are the job's history
         "compile_cache": "harness-compile/pooling-cuda",
         "gpu_free": "",  # gpu_free_job off: every test on the cell's runner
+        "select": "shadow",  # HARNESS_SELECT: a pull request selects in shadow unless the project says on
         "fail_on_regression": "",  # the gate is off unless [tool.harness.ci] fail_on_regression is set
         "baseline_branches": [],  # pushes to the default branch keep the baseline
         "gpu_free_artifact": "",

@@ -55,7 +55,11 @@ def test_the_gpu_free_tests_get_a_cpu_step_and_the_gpu_step_leaves_them_out(tmp_
     test, cpu, merge = made["steps"]
     assert test["env"]["HARNESS_GPU_FREE"] == "deselect"
     assert cpu["key"] == "cuda-pooling-gpu-free" and cpu["agents"] == {"queue": "cpu"}
-    assert cpu["env"] == {"HARNESS_HISTORY": test["env"]["HARNESS_HISTORY"], "HARNESS_GPU_FREE": "only"}
+    assert cpu["env"] == {
+        "HARNESS_HISTORY": test["env"]["HARNESS_HISTORY"],
+        "HARNESS_GPU_FREE": "only",
+        "HARNESS_SELECT": "shadow",
+    }
     assert any("nox -s cpu_pooling" in command for command in cpu["commands"])  # the CPU session
     assert cpu["artifact_paths"] == ["harness-out/pooling-cuda-gpu-free/**/*"]
     restored = [entry for plugin in cpu["plugins"] for entry in plugin.values()]
