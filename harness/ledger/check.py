@@ -146,7 +146,12 @@ FIELDS: dict[str, dict[str, tuple[Check, bool, bool]]] = {
         "device_bytes": (count, *OPTIONAL),  # torch's peak on its devices, where its process had a context
     },
     "test-start": {"nodeid": (text, *REQUIRED), "worker": (text, *NULLABLE), "phase": (text, *NULLABLE)},
-    "crash": {"test": (text, *REQUIRED), "how": (text, *REQUIRED), "worker": (text, *NULLABLE)},
+    "crash": {
+        "test": (text, *REQUIRED),
+        "how": (text, *REQUIRED),
+        "worker": (text, *NULLABLE),
+        "quarantined": (flag, *OPTIONAL),  # the test is quarantined: its crash is reported, never gates
+    },
     "finding": {
         "type": (text, *REQUIRED),
         "message": (text, *REQUIRED),

@@ -165,18 +165,22 @@ def ended(returncode: int | None) -> str:
 
 
 def crashed_test(start: dict, crash: dict | None, worker: dict | None, fired: bool = False) -> dict:
-    """The ``test`` event of a test whose process died under it: an ``error`` saying how it died;
-    ``fired``: pytest-timeout's thread-method timer fired in it first (its ``timeout`` finding, written
-    before the timer ends the process), the one evidence of a timeout (how long it ran is none)."""
+    """The ``test`` event of a test whose process died under it: an ``error`` saying how it died, or for a
+    quarantined test (its ``crash`` event says so) what its own failure would be, pytest's xfail:
+    ``skipped`` with its class, which gates nothing in any output; ``fired``: pytest-timeout's thread-method
+    timer fired in it first (its ``timeout`` finding, written before the timer ends the process), the one
+    evidence of a timeout (how long it ran is none)."""
     how = crash["how"] if crash else "its process ended"
     hint = " (pytest-timeout's thread method ended it)" if fired else ""
+    quarantined = bool(crash and crash.get("quarantined"))
+    hint += " (quarantined: it does not gate)" if quarantined else ""
     who = start.get("worker") or (worker or {}).get("worker") or "main"
     return {
         "event": "test",
         "t": crash["t"] if crash else start["t"],
         "nodeid": start["nodeid"],
         "file": start.get("file") or start["nodeid"].partition("::")[0],
-        "outcome": "error",
+        "outcome": "skipped" if quarantined else "error",
         "setup_s": None,
         "call_s": None,
         "teardown_s": None,

@@ -46,11 +46,14 @@ class Controller:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report, sched) -> None:
-        from harness.pytest_plugin import crashes
+        """The ``crash`` event, saying whether the test is quarantined (then every output reports the crash
+        as its xfail, which gates nothing, as pytest's exit status does)."""
+        from harness.pytest_plugin import crashes, quarantined
 
         worker = report.node.gateway.id
         how = ledger.ended(crashes.returncode(_last_pid(self.directory / f"{worker}.jsonl")))
-        self._write("crash", test=crashitem, worker=worker, how=how)
+        held = quarantined.held(report) is not None
+        self._write("crash", test=crashitem, worker=worker, how=how, quarantined=held)
 
 
 def _last_pid(path: Path) -> int | None:

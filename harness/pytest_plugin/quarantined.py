@@ -81,14 +81,20 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
                 reporter.write_line(said)
 
 
+def held(report: pytest.TestReport) -> quarantine.Entry | None:
+    """The entry that quarantines the test of xdist's crash ``report`` (None: it gates), as the session
+    decided after collection: one answer for the controller's ``crash`` event and the report's xfail."""
+    config = getattr(getattr(report, "node", None), "config", None)  # xdist's: the worker it came from
+    decided = config.stash.get(DECIDED, None) if isinstance(config, pytest.Config) else None
+    return decided.held.get(report.nodeid) if decided is not None else None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_logreport(report: pytest.TestReport) -> Generator[None, None, None]:
     """A quarantined test's failure that pytest's xfail never saw (its xdist worker died under it, and the
     controller reports the crash) does not gate either: before any hook counts it, it is made the xfail
     the test's own failure is."""
-    config = getattr(getattr(report, "node", None), "config", None)  # xdist's: the worker it came from
-    decided = config.stash.get(DECIDED, None) if isinstance(config, pytest.Config) else None
-    entry = decided.held.get(report.nodeid) if decided is not None else None
+    entry = held(report)
     if entry is not None and report.failed and not hasattr(report, "wasxfail"):
         report.outcome = "skipped"
         report.wasxfail = _why(entry)

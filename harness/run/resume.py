@@ -45,11 +45,11 @@ def run_resuming(
         args = [*select(paths), f"--junitxml={junit}", f"--harness-ledger-dir={ledger_dir}"]
         remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         ended = run_phase([*command, *args], env, remaining, keep)
-        crashed = _record_crashes(ledger_dir, ended)
+        crashed = _record_crashes(ledger_dir, ended, quarantined)
         before, crashes = crashes, _crashes(ledger_dir)
         code = ended.code
         if crashed and not (ended.timed_out or ended.stopped):  # its pytest died: its code says nothing
-            code = TESTS_FAILED if _gating_failure(ledger_dir, quarantined) else 0
+            code = TESTS_FAILED if _gating_failure(ledger_dir) else 0
         codes.append(code)
         if ended.timed_out or ended.stopped or crashes == before:
             break  # only a crash cut the phase short; -x or --maxfail stop it on purpose
@@ -66,8 +66,11 @@ def run_resuming(
     }
 
 
-def _record_crashes(ledger_dir: Path, ended: Ended) -> list[str]:
-    """A ``crash`` event for each test this attempt started and never finished; those tests."""
+def _record_crashes(
+    ledger_dir: Path, ended: Ended, quarantined: Callable[[str], bool] | None = None
+) -> list[str]:
+    """A ``crash`` event for each test this attempt started and never finished, saying whether the test is
+    ``quarantined`` (the report then records the crash as its xfail); those tests."""
     if ended.stopped:
         how = f"was stopped: harness run got {ended.stopped}"
     elif ended.timed_out:
@@ -78,18 +81,16 @@ def _record_crashes(ledger_dir: Path, ended: Ended) -> list[str]:
     if tests:
         writer = ledger.LedgerWriter(ledger_dir, worker="harness")
         for test in tests:
-            writer.write("crash", test=test, worker="harness", how=how)
+            held = bool(quarantined and quarantined(test))
+            writer.write("crash", test=test, worker="harness", how=how, quarantined=held)
         writer.close()
     return tests
 
 
-def _gating_failure(ledger_dir: Path, quarantined: Callable[[str], bool] | None) -> bool:
-    """Whether a test of the phase failed and gates: not a quarantined one (its crash is in the ledger as an
-    error; its other failures are pytest's xfail, recorded as skipped)."""
-    return any(
-        test["outcome"] in ("failed", "error") and not (quarantined and quarantined(test["nodeid"]))
-        for test in ledger.read(ledger_dir).tests
-    )
+def _gating_failure(ledger_dir: Path) -> bool:
+    """Whether a test of the phase failed or errored: a quarantined one's failure is pytest's xfail and its
+    crash the same (its ``crash`` event says quarantined), both recorded as skipped."""
+    return any(test["outcome"] in ("failed", "error") for test in ledger.read(ledger_dir).tests)
 
 
 def _crashes(ledger_dir: Path) -> int:
