@@ -56,7 +56,7 @@ class Settings(NamedTuple):
     reuse: bool = False
     reuse_engines: Annotated[int, Bounds(1, 64)] = 2  # warm engines a process keeps, while their shares fit
     reuse_check_s: Amount = 30.0  # a hand-off's reset that takes longer is refused, the engine shut down
-    reuse_hf: bool = False  # hand a loaded HF model on to the next identical load (harness.tracking.hf_reuse)
+    reuse_hf: bool = False  # hand a loaded HF model on to the next identical load (harness.tracking.hf)
     freeze_collected: bool = True  # gc.freeze once collected (harness.pytest_plugin.frozen)
     cache_references: bool = True  # references kept across workers and runs (harness.references)
     # why a test failed (harness.failures): a suite's own message patterns per class, checked before the

@@ -7,9 +7,7 @@ from typing import Any
 
 from harness.memory.waits import settle
 from harness.runners.shared import environment, free
-from harness.tracking import hf_reuse, reuse
-from harness.tracking.fingerprints import fingerprint, local_files, normalise
-from harness.tracking.starts import starting
+from harness.tracking.hf import wrap
 
 
 class HfRunner:
@@ -50,18 +48,12 @@ class HfRunner:
         }
         self.tokenizer: Any = None
         if is_sentence_transformer or is_cross_encoder:
-            from sentence_transformers import CrossEncoder, SentenceTransformer
-
-            self.model = (SentenceTransformer if is_sentence_transformer else CrossEncoder)(
-                model_name, **options
-            )
+            self.model = wrap.sentence_model(model_name, not is_sentence_transformer, **options)
             self.tokenizer = self.model.tokenizer
             return
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        model = _load_on(
+        model = wrap.load(
             self.device,
-            auto_cls or AutoModelForCausalLM,
+            auto_cls,
             model_name,
             revision=revision,
             trust_remote_code=trust_remote_code,
@@ -69,9 +61,7 @@ class HfRunner:
         )
         self.model = model.eval()
         if not skip_tokenizer_init:
-            self.tokenizer = AutoTokenizer.from_pretrained(
-                tokenizer_name or model_name, trust_remote_code=trust_remote_code
-            )
+            self.tokenizer = wrap.tokenizer(tokenizer_name or model_name, trust_remote_code)
 
     def __enter__(self) -> HfRunner:
         return self
@@ -81,11 +71,7 @@ class HfRunner:
         """The processor given, else ``AutoProcessor``'s for the model, loaded on first use (a text model's
         is its tokenizer); vLLM's runner loads it in ``__init__``, which costs every test that never asks."""
         if self._processor is None:
-            from transformers import AutoProcessor
-
-            self._processor = AutoProcessor.from_pretrained(
-                self.model_name, trust_remote_code=self.trust_remote_code
-            )
+            self._processor = wrap.processor(self.model_name, self.trust_remote_code)
         return self._processor
 
     def __exit__(self, *exc_info) -> None:
@@ -213,25 +199,3 @@ class HfRunner:
         )
         pad = self.tokenizer.pad_token_id
         return [([[t for t in beam if t != pad] for beam in ids], texts) for ids, texts in outputs]
-
-
-def _load_on(device: str, auto_cls: Any, model: str, **kwargs: Any) -> Any:
-    """``from_pretrained`` and the move to ``device`` as one recorded start, so the weights and, on a GPU,
-    this process's CUDA context appear inside it (``device_map`` would do it in one call, but needs
-    accelerate). The ``from_pretrained`` inside is the same start, not another; with HF reuse on, a kept
-    model of the same load is handed on instead."""
-    config = normalise(auto_cls.from_pretrained, (model,), kwargs)
-    config["class"], config["device"] = auto_cls.__name__, device
-    if (files := local_files(model)) is not None:
-        config["model_files"] = files
-    pool = reuse.pool("hf")  # HF reuse: the load inside is nested in this start, so it is decided here
-    key = fingerprint("hf", config)
-    if pool is not None and (kept := pool.take(key, reuse.running())) is not None:
-        return kept
-    with starting("hf", model, config) as run:
-        loaded = auto_cls.from_pretrained(model, **kwargs).to(device)
-    if run is not None:
-        run.watch(loaded)
-        if pool is not None:
-            pool.park(hf_reuse.Model.loaded(key, loaded, run), reuse.running())
-    return loaded

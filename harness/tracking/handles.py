@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 FRESH_MARKER = "the next test asked for a fresh engine (fresh_engine marker)"
 ASKED_FRESH = "the test asked for a fresh engine (fresh_engine marker)"
+FAILED = "its test failed"  # what it closes, and what it parked, is not kept
 FORKING = "a test forks a process: warm engines give way to what its child starts, as without reuse they "
 FORKING += "would be gone"
 

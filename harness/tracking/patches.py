@@ -1,7 +1,7 @@
 """Foreign runners: ``vllm.LLM``, ``PreTrainedModel.from_pretrained`` and ``SentenceTransformer`` are
 wrapped when the suite first imports them (a meta-path hook), so suites with their own conftest are counted
-without the harness paying for those imports. Each wrapper takes the one recording path,
-``starts.starting``.
+without the harness paying for those imports. The wrappers are the adapters' (``tracking.vllm.wrap``,
+``tracking.hf.wrap``: their ``TARGETS``); each takes the one recording path, ``starts.starting``.
 
 Tracking never breaks the suite: a target that cannot be wrapped (the library moved or changed it) is
 a ``not-tracked`` finding, never an exception from the user's import, and ``harness doctor`` says so
@@ -11,96 +11,15 @@ before a run.
 from __future__ import annotations
 
 import ast
-import functools
 import importlib.abc
 import importlib.util
 import sys
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from harness.tracking.vllm import wrap
-
-
-def _patch_transformers(module) -> None:
-    from harness.tracking import hf_reuse, reuse
-    from harness.tracking.fingerprints import fingerprint, local_files, normalise
-    from harness.tracking.starts import starting
-
-    cls = module.PreTrainedModel
-    original = cls.from_pretrained.__func__
-    if getattr(original, "__harness__", False):
-        return
-
-    @functools.wraps(original)
-    def from_pretrained(klass, *args, **kwargs):
-        __tracebackhide__ = True
-        config = normalise(original, (klass, *args), kwargs)
-        config["class"] = klass.__name__
-        if (files := local_files(config.get("pretrained_model_name_or_path"))) is not None:
-            config["model_files"] = files  # a local checkpoint rewritten is another model
-        pool = reuse.pool("hf")
-        key = None if pool is None else fingerprint("hf", config)
-        if key is not None and (kept := pool.take(key, reuse.running())) is not None:
-            return kept
-        model_name = str(config.get("pretrained_model_name_or_path"))
-        with starting("hf", model_name, config) as run:
-            model = original(klass, *args, **kwargs)
-        if run is not None:
-            run.watch(model)
-            if key is not None:
-                pool.park(hf_reuse.Model.loaded(key, model, run), reuse.running())
-        return model
-
-    from_pretrained.__harness__ = True  # type: ignore[attr-defined]
-    cls.from_pretrained = classmethod(from_pretrained)
-
-
-def _patch_sentence_transformers(module) -> None:
-    from harness.tracking import hf_reuse, reuse
-    from harness.tracking.fingerprints import fingerprint, local_files, normalise
-    from harness.tracking.starts import starting
-
-    cls = module.SentenceTransformer
-    original = cls.__init__
-    if getattr(original, "__harness__", False):
-        return
-    original_new = cls.__new__
-    handed: weakref.WeakSet = weakref.WeakSet()  # kept models __new__ returned: their __init__ is skipped
-
-    def key(klass, args, kwargs) -> tuple[dict, str | None]:
-        config = normalise(original, (None, *args), kwargs)
-        config["class"] = klass.__name__
-        if (files := local_files(config.get("model_name_or_path"))) is not None:
-            config["model_files"] = files
-        return config, None if reuse.pool("hf") is None else fingerprint("hf", config)
-
-    @functools.wraps(original_new)
-    def __new__(klass, *args, **kwargs):
-        pool = reuse.pool("hf")
-        if pool is not None and (kept := pool.take(key(klass, args, kwargs)[1], reuse.running())) is not None:
-            handed.add(kept)
-            return kept
-        return original_new(klass) if original_new is object.__new__ else original_new(klass, *args, **kwargs)
-
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        __tracebackhide__ = True
-        if self in handed:
-            handed.discard(self)
-            return
-        config, fingerprinted = key(type(self), args, kwargs)
-        with starting("hf", str(config.get("model_name_or_path")), config) as run:
-            original(self, *args, **kwargs)
-        if run is not None:
-            run.watch(self)
-            if fingerprinted is not None and (pool := reuse.pool("hf")) is not None:
-                pool.park(hf_reuse.Model.loaded(fingerprinted, self, run), reuse.running())
-
-    __init__.__harness__ = True  # type: ignore[attr-defined]
-    cls.__new__ = __new__
-    cls.__init__ = __init__
+from harness.tracking.hf import wrap as hf_wrap
+from harness.tracking.vllm import wrap as vllm_wrap
 
 
 class Target(NamedTuple):
@@ -126,9 +45,8 @@ class Target(NamedTuple):
 TARGETS = {
     target.module: target
     for target in (
-        *(Target(*target) for target in wrap.TARGETS),
-        Target("transformers.modeling_utils", "PreTrainedModel", "from_pretrained", _patch_transformers),
-        Target("sentence_transformers", "SentenceTransformer", "__init__", _patch_sentence_transformers),
+        *(Target(*target) for target in vllm_wrap.TARGETS),
+        *(Target(*target) for target in hf_wrap.TARGETS),
     )
 }
 

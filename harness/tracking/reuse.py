@@ -6,9 +6,9 @@ The seam is shaped like pytest-xdist's scheduler seam: the kind of a runner pick
 an HF model, parked at its load and checked at each take, as nothing announces that its test is done with
 it), and the running test's terms (``Terms``: its mode, whether it failed, what it was handed, the engines
 held for its replay, its process, its threads) are the safety-net plugin's, passed to every park and take.
-A handle (``Handle``, with ``Closing`` or ``Opened`` members: ``vllm.parking.Engine``, ``hf_reuse.Model``)
+A handle (``Handle``, with ``Closing`` or ``Opened`` members: ``vllm.parking.Engine``, ``hf.parking.Model``)
 says only what its kind can: why it may not be parked, whether it still serves, how it stops. The pool
-builds every refusal (``_refusal``: its own reasons first, then the handle's), alone hands on (``take``),
+builds every refusal (``refusal``: its own reasons first, then the handle's), alone hands on (``take``),
 writes ``runner-reused`` and ``reuse-refused``, and makes room before a start (``make_room``: at most
 ``reuse_engines`` engines whose declared shares leave room for the new one; HF models where a start's share
 is not free).
@@ -32,6 +32,7 @@ from harness.tracking import leftovers
 from harness.tracking.context import current
 from harness.tracking.handles import (
     ASKED_FRESH,
+    FAILED,
     FORKING,
     FRESH,
     FRESH_MARKER,
@@ -167,7 +168,7 @@ class Pool:
         asked for fresh engines, it served a replay, a thread it left can reach the engine; then the
         engine's own reasons (``Closing.refusal``); None when it may."""
         if test.failed:
-            return "its test failed"
+            return FAILED
         if test.forked():  # a forked child's: its own engine or its parent's
             return "it is closed in a forked test's process, which ends without closing what it keeps"
         if test.mode == FRESH:
@@ -218,7 +219,7 @@ class Pool:
         test.failed = True
         for key in [k for k in self._engines() if self.warm[k].test == test.name]:
             parked = self.warm.pop(key)
-            self.refused(parked.handle, "its test failed", test)
+            self.refused(parked.handle, FAILED, test)
             if parked.handle.runner in test.given and test.mode == TAKE:
                 test.held[key] = parked
             else:

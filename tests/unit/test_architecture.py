@@ -11,10 +11,16 @@ ENTRY = re.compile(r"^(?P<indent> *)(?P<name>[\w.]+/?)(?:\s|$)")
 
 
 def named_in_tree(text: str) -> set[str]:
-    """The paths under ``harness/`` that the doc's tree block names: a directory line (``name/``) opens
-    a level two spaces deeper; a line indented further than its entry's name continues its description."""
+    """The paths under ``harness/`` that the doc's tree block names (see ``listed_in_tree``)."""
+    return set(listed_in_tree(text))
+
+
+def listed_in_tree(text: str) -> list[str]:
+    """The paths under ``harness/`` that the doc's tree block names, in its order: a directory line
+    (``name/``) opens a level two spaces deeper; a line indented further than its entry's name continues
+    its description."""
     block = text.split("## The tree, one line per module", 1)[1].split("```", 2)[1]
-    names: set[str] = set()
+    names: list[str] = []
     parents: list[tuple[int, str]] = []  # (indent, directory path) of the open directories
     for line in block.splitlines():
         match = ENTRY.match(line)
@@ -28,8 +34,8 @@ def named_in_tree(text: str) -> set[str]:
         path = "/".join([p for _, p in parents] + [name.rstrip("/")])
         if name.endswith("/"):
             parents.append((indent, name.rstrip("/")))
-        names.add(path)
-    return {name for name in names if name.startswith("harness/") or name == "harness"}
+        names.append(path)
+    return [name for name in names if name.startswith("harness/") or name == "harness"]
 
 
 def modules() -> set[str]:
@@ -63,10 +69,13 @@ def test_the_parser_sees_a_module_left_out_and_one_that_is_gone():
 
 ADAPTER = "harness/tracking/vllm/"  # the vLLM adapter: a package, every module of it
 VLLM_NAME = re.compile(r"^vllm(\.\w+)+$")
+HF_ADAPTER = "harness/tracking/hf/"  # the HF adapter, in the vLLM adapter's shape
+HF_NAME = re.compile(r"^(transformers|sentence_transformers)(\.\w+)+$")
 
 
-def vllm_names(source: str) -> list[str]:
-    """vLLM module names (``vllm.entrypoints.llm``) as strings in code: docstrings are prose and skipped."""
+def vllm_names(source: str, pattern: re.Pattern[str] = VLLM_NAME) -> list[str]:
+    """vLLM module names (``vllm.entrypoints.llm``; another library's by ``pattern``) as strings in code:
+    docstrings are prose and skipped."""
     import ast
 
     tree = ast.parse(source)
@@ -84,7 +93,7 @@ def vllm_names(source: str) -> list[str]:
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and id(node) not in prose
-        and VLLM_NAME.match(node.value)
+        and pattern.match(node.value)
     ]
 
 
@@ -102,6 +111,22 @@ def test_only_the_vllm_adapter_names_vllms_modules():
     assert any(adapter)  # the check sees them where they are
 
 
+def test_only_the_hf_adapter_names_the_hf_libraries_modules():
+    """As for vLLM: import-linter's "only the HF adapter imports transformers and sentence-transformers"
+    keeps their imports in ``tracking/hf/``; their module names in strings are checked here."""
+    found = {
+        str(path.relative_to(ROOT)): names
+        for path in (ROOT / "harness").rglob("*.py")
+        if not str(path.relative_to(ROOT)).startswith(HF_ADAPTER)
+        and (names := vllm_names(path.read_text(encoding="utf-8"), HF_NAME))
+    }
+    assert found == {}
+    adapter = [
+        vllm_names(path.read_text(encoding="utf-8"), HF_NAME) for path in (ROOT / HF_ADAPTER).glob("*.py")
+    ]
+    assert any(adapter)
+
+
 def test_a_vllm_name_in_code_is_seen_and_one_in_a_docstring_is_not():
     source = '"""Wraps ``vllm.entrypoints.llm``."""\n\nMODULE = "vllm.v1.engine.async_llm"\n'
     assert vllm_names(source) == ["vllm.v1.engine.async_llm"]
@@ -112,8 +137,24 @@ def test_one_module_per_name():
     ``summary`` each named two or three modules once)."""
     from collections import Counter
 
-    names = Counter(path.name for path in (ROOT / "harness").rglob("*.py") if path.name != "__init__.py")
+    names = Counter(
+        path.name
+        for path in (ROOT / "harness").rglob("*.py")
+        if path.name != "__init__.py" and not str(path.relative_to(ROOT)).startswith(HF_ADAPTER)
+    )
     assert [name for name, count in names.items() if count > 1] == []
+
+
+def test_the_hf_adapter_mirrors_the_vllm_adapters_roles():
+    """The one exception to a name per role: the HF adapter's modules are named for the vLLM adapter's
+    modules of the same role (``wrap``, ``key``, ``health``, ``parking``, ``tables``), and no other."""
+    hf = {path.name for path in (ROOT / HF_ADAPTER).glob("*.py")}
+    vllm = {path.name for path in (ROOT / ADAPTER).glob("*.py")}
+    assert hf <= vllm and {"wrap.py", "key.py", "parking.py"} <= hf
+    others = {path.name for path in (ROOT / "harness").rglob("*.py")} - {
+        path.name for path in (ROOT / ADAPTER).rglob("*.py")
+    }
+    assert hf & others - {"__init__.py"} == set()
 
 
 def _layers_in_doc(text: str) -> list[set[str]]:
@@ -165,3 +206,92 @@ def test_every_harness_subcommand_is_named_in_the_doc():
     commands = _subcommands()
     assert {"run", "ci buildkite", "flaky"} <= set(commands)  # the parser walk finds them
     assert [c for c in commands if f"`harness {c}" not in text] == []
+
+
+def test_no_module_of_harness_is_over_400_lines():
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in (ROOT / "harness").rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > 400
+    }
+    assert long == {}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module of harness/ (dotted) and the harness modules it imports anywhere in it (a function's
+    import too: a cycle dodged inside a function is still a cycle); ``from package import module`` is the
+    module, as import-linter reads it."""
+    import ast
+
+    paths = {}
+    for path in (ROOT / "harness").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names)
+        graph[name] = {module for module in found if module in paths and module != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of ``graph`` (its modules in order), or [] when there is none."""
+    state: dict[str, int] = {}  # 1: on the path now, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str]:
+        state[module] = 1
+        path.append(module)
+        for imported in sorted(graph[module]):
+            if state.get(imported) == 1:
+                return path[path.index(imported) :] + [imported]
+            if imported not in state and (found := visit(imported)):
+                return found
+        state[module] = 2
+        path.pop()
+        return []
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)):
+            return found
+    return []
+
+
+def test_harness_has_no_import_cycle():
+    assert _cycle(_import_graph()) == []
+
+
+def test_the_cycle_check_sees_a_cycle_inside_a_function():
+    graph = {"a": {"b"}, "b": {"c"}, "c": set()}
+    assert _cycle(graph) == []
+    graph["c"].add("a")
+    assert _cycle(graph) == ["a", "b", "c", "a"]
+    assert "harness.tracking.hf.parking" in _import_graph()["harness.tracking.hf.wrap"]  # a function's import
+
+
+def test_each_adapters_modules_import_downwards_in_the_docs_order():
+    """The doc lists each adapter's modules bottom first ("its modules import downwards in this order");
+    a module imports only those of its package listed before it."""
+    listed = listed_in_tree(DOC.read_text(encoding="utf-8"))
+    graph = _import_graph()
+    for adapter in (ADAPTER, HF_ADAPTER):
+        paths = [path for path in listed if path.startswith(adapter)]
+        on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / adapter).glob("*.py") if p.name != "__init__.py"}
+        assert set(paths) == on_disk
+        order = [path.removesuffix(".py").replace("/", ".") for path in paths]
+        upward = {
+            module: sorted(i for i in graph[module] if i in order[order.index(module) :])
+            for module in order
+            if any(i in order[order.index(module) :] for i in graph[module])
+        }
+        assert upward == {}, adapter

@@ -14,8 +14,9 @@ from harness import ledger
 from harness.config.settings import load_settings
 from harness.ledger.writer import LedgerWriter
 from harness.platform.host import HostPlatform
-from harness.tracking import context, hf_reuse
+from harness.tracking import context
 from harness.tracking.handles import Parked, Terms
+from harness.tracking.hf import parking as parking_hf
 from harness.tracking.policies import POLICIES
 from harness.tracking.reuse import Pool, running
 from harness.tracking.vllm import llms, parking
@@ -70,7 +71,7 @@ def _engine(stopped: list, refused: str | None = None, fraction: float = 0.5) ->
 
 def test_both_kinds_park_take_and_refuse_through_one_pool_and_one_writer(pool, tiny, tmp_path):
     model = tiny()
-    assert pool.park(hf_reuse.Model.loaded("M", model, _Run("main-1", None)), running())
+    assert pool.park(parking_hf.Model.loaded("M", model, _Run("main-1", None)), running())
     del model  # its test is done with it
     handed = pool.take("M", running())
     assert (
@@ -100,7 +101,7 @@ def test_engines_give_way_by_place_and_share_and_models_stay_for_their_check(poo
     """One make_room: an HF model takes no engine place and stays where a start's share fits (the CPU);
     a fresh_engine test and a failed one shut engines down and leave the model to its next check."""
     model = tiny()
-    assert pool.park(hf_reuse.Model.loaded("M", model, _Run("main-1", None)), running())
+    assert pool.park(parking_hf.Model.loaded("M", model, _Run("main-1", None)), running())
     stopped: list[str] = []
     pool.warm["E"] = Parked(_engine(stopped), POLICIES["vllm"])  # a warm engine, and one held for a replay
     running().held["E"] = Parked(_engine(stopped), POLICIES["vllm"])
