@@ -1,0 +1,201 @@
+"""Backs docs/selection.md § Replay: selection on this project's own history (issue 59 item 5). For the
+last N commits that changed ``harness/`` or ``tests/``, oldest first, each commit's tests run in shadow
+(``harness run --changed-since PARENT --history <the previous commit's report> --shadow``): every test runs
+(the truth: what fails at the commit) and report.json records what selection, from the parent's footprints
+and the diff, would have run and skipped, and the false greens (skipped tests that failed). The same run
+records the commit's footprints, the next commit's history: one run per commit gives both.
+
+    python benchmarks/selection_replay.py --work DIR [--commits 40] [--suite-args "tests/unit/test_x.py ..."]
+    python benchmarks/selection_replay.py --work DIR --table      # the rows so far, and their distribution
+
+Each commit runs in a ``git worktree`` of its own under ``DIR/trees`` with its own ``harness`` first on
+``PYTHONPATH`` (the tests test that commit's code, and its plugin records), its report kept under
+``DIR/runs/<commit>``, its row appended to ``DIR/rows.jsonl``: a second call skips the commits done
+(resumable). The first commit's history is a plain run of its parent with footprints
+(``HARNESS_FOOTPRINTS=1``). The suite is ``[tool.harness.suites.replay]``, added to
+the worktree's pyproject.toml and hidden from git (``update-index --skip-worktree``: it is the replay's
+setting, not the commit's change); ``--suite-args`` are its test paths (``tests/...``; default
+``tests/unit``) and pytest options after ``--`` (``-m``, ``-k``); a listed test path the commit does not
+have is left out of that commit's run (said in its row).
+
+A commit whose parent is not the previous replayed commit (commits between changed neither folder) is
+selected since the previous replayed commit instead, whose footprints the history holds: the change is
+then wider (the commits between count too), never narrower. Commits made before footprints existed
+cannot be replayed (their harness has no recorder): those rows say so and are not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FOLDERS = ("harness", "tests")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def commits(repo: Path, count: int) -> list[str]:
+    """The last ``count`` commits of HEAD's first-parent line that changed harness/ or tests/, oldest
+    first."""
+    found = git(repo, "rev-list", "--first-parent", f"--max-count={count}", "HEAD", "--", *FOLDERS)
+    return list(reversed(found.split()))
+
+
+def tree(repo: Path, work: Path, commit: str, given: list[str]) -> tuple[Path, list[str], list[str]]:
+    """A worktree at ``commit`` whose pyproject.toml declares the replay's suite (the given test paths the
+    commit has, else tests/unit), invisible to git; the other pytest arguments, and the listed test paths
+    the commit does not have."""
+    where = work / "trees" / commit[:12]
+    if not where.exists():
+        git(repo, "worktree", "add", "--detach", "--quiet", str(where), commit)
+    paths = [arg for arg in given if arg.startswith("tests/")]
+    missing = [path for path in paths if not (where / path.split("::")[0]).exists()]
+    kept = [path for path in paths if path not in missing] or ["tests/unit"]
+    suite = f"\n[tool.harness.suites.replay]  # selection_replay.py\npaths = {json.dumps(kept)}\n"
+    (where / "pyproject.toml").write_text(git(repo, "show", f"{commit}:pyproject.toml") + suite)
+    git(where, "update-index", "--skip-worktree", "pyproject.toml")
+    return where, [arg for arg in given if arg not in paths], missing
+
+
+def run(where: Path, out: Path, python: str, suite_args: list[str], select: list[str]) -> dict:
+    """One ``harness run replay`` at ``where`` (its own harness first on the path), niced; its report's
+    fields the row needs."""
+    env = {**os.environ, "PYTHONPATH": str(where), "HARNESS_FOOTPRINTS": "1"}
+    for name in ("HARNESS_SELECT", "HARNESS_HISTORY", "GITHUB_BASE_REF", "BUILDKITE_PULL_REQUEST"):
+        env.pop(name, None)
+    command = ["nice", "-n", "10", python, "-m", "harness", "run", "replay", "--platform", "cpu"]
+    command += ["--out", str(out), *select, "--", *suite_args]
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=where, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    (out.parent / f"{out.name}.log").write_text(done.stdout + done.stderr)
+    try:
+        report = json.loads((out / "report.json").read_text())
+    except (OSError, ValueError):
+        return {"exit": done.returncode, "wall_s": round(wall), "error": "no report.json"}
+    tests = report.get("tests") or []
+    failed = sorted(t["nodeid"] for t in tests if t.get("outcome") in ("failed", "error"))
+    selection = report.get("selection") or {}
+    return {
+        "exit": done.returncode,
+        "wall_s": round(wall),
+        "tests": len(tests),
+        "failed": failed,
+        "footprints": len((report.get("footprints") or {}).get("tests") or {}),
+        "selected": len(selection.get("selected") or {}),
+        "skipped": len(selection.get("skipped") or []),
+        "everything": selection.get("everything"),
+        "false_green": selection.get("false_green"),
+        "changed": selection.get("changed"),
+    }
+
+
+def rows(work: Path) -> list[dict]:
+    path = work / "rows.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
+
+
+def share(row: dict) -> float | None:
+    total = row.get("selected", 0) + row.get("skipped", 0)
+    return row["selected"] / total if total else None
+
+
+def table(found: list[dict]) -> list[str]:
+    """Per commit: selected / total, false greens, why everything (if so); then the distribution."""
+    out = ["commit       selected/total  share  false greens  failed  note"]
+    shares, greens = [], 0
+    for row in found:
+        if row.get("skip"):
+            out.append(f"{row['commit'][:12]} not replayed: {row['skip']}")
+            continue
+        part = share(row)
+        if part is None or row.get("false_green") is None:
+            out.append(f"{row['commit'][:12]} no selection recorded ({row.get('error', 'see its log')})")
+            continue
+        shares.append(part)
+        greens += len(row["false_green"])
+        note = (row.get("everything") or "")[:70] + (f"; since {row['ref'][:12]}" if row.get("wider") else "")
+        out.append(
+            f"{row['commit'][:12]} {row['selected']:>6}/{row['selected'] + row['skipped']:<6}  {part:>5.0%}"
+            f"  {len(row['false_green']):>12}  {len(row.get('failed') or []):>6}  {note}"
+        )
+    if shares:
+        q = statistics.quantiles(shares, n=4) if len(shares) > 1 else [shares[0]] * 3
+        out.append(
+            f"{len(shares)} commits: median selected {statistics.median(shares):.0%} (quartiles {q[0]:.0%}, "
+            f"{q[2]:.0%}; min {min(shares):.0%}, max {max(shares):.0%}); false greens {greens}"
+        )
+    return out
+
+
+def replay(repo: Path, work: Path, count: int, suite_args: list[str], python: str) -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "runs").mkdir(exist_ok=True)
+    done = {row["commit"] for row in rows(work)}
+    order = commits(repo, count)
+    previous: str | None = None
+    for commit in order:
+        if commit in done:
+            previous = commit
+            continue
+        parent = git(repo, "rev-parse", f"{commit}^").strip()
+        history_of = previous or parent
+        history = work / "runs" / history_of[:12]
+        row: dict = {
+            "commit": commit,
+            "parent": parent,
+            "subject": git(repo, "log", "-1", "--format=%s", commit),
+        }
+        where, args, missing = tree(repo, work, commit, suite_args)
+        if not (where / "harness" / "select" / "profiler.py").is_file():
+            row["skip"] = "its harness records no footprints (before selection existed)"
+        else:
+            if not (history / "report.json").is_file():  # the first commit: its parent's footprints
+                seed, seed_args, _ = tree(repo, work, history_of, suite_args)
+                print(f"replay: {history_of[:12]}: footprints of the parent, every test", file=sys.stderr)
+                run(seed, history, python, seed_args, [])
+            ref = parent if history_of == parent else history_of
+            print(f"replay: {commit[:12]} since {ref[:12]}", file=sys.stderr)
+            found = run(
+                where,
+                work / "runs" / commit[:12],
+                python,
+                args,
+                ["--changed-since", ref, "--history", str(history), "--shadow"],
+            )
+            row.update(found, ref=ref, wider=ref != parent, missing=missing)
+        with open(work / "rows.jsonl", "a", encoding="utf-8") as file:
+            file.write(json.dumps(row) + "\n")
+        print("\n".join(table([row])[1:]), file=sys.stderr)
+        previous = commit
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", type=Path, required=True, help="worktrees, runs and rows.jsonl go here")
+    parser.add_argument("--commits", type=int, default=40, help="how many commits (default 40)")
+    parser.add_argument(
+        "--suite-args", default="", help="the suite's test paths and pytest options (one quoted string)"
+    )
+    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--python", default=sys.executable, help="the venv with the test stack")
+    parser.add_argument("--table", action="store_true", help="print the rows so far and stop")
+    args = parser.parse_args()
+    if args.commits < 1:
+        parser.error("--commits: at least 1")
+    if not args.table:
+        replay(args.repo, args.work.resolve(), args.commits, shlex.split(args.suite_args), args.python)
+    print("\n".join(table(rows(args.work))))
+
+
+if __name__ == "__main__":
+    main()
