@@ -295,3 +295,108 @@ def test_each_adapters_modules_import_downwards_in_the_docs_order():
             if any(i in order[order.index(module) :] for i in graph[module])
         }
         assert upward == {}, adapter
+
+
+def _is_module(dotted: str) -> bool:
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _private_reads(source: str) -> list[str]:
+    """``module._name`` where ``module`` is a harness module this source imports: another module's private
+    state (``sys.modules`` with a harness module's name is another way in, seen too)."""
+    import ast
+
+    tree = ast.parse(source)
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(
+                a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("harness")
+            )
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
+            modules = [a for a in node.names if _is_module(f"{node.module}.{a.name}")]  # not a class's name
+            imported.update(a.asname or a.name for a in modules)
+    found = [
+        f"{node.value.id}.{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in imported
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+    ]
+    return found + [
+        node.slice.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript)
+        and ast.unparse(node.value) == "sys.modules"
+        and isinstance(node.slice, ast.Constant)
+        and str(node.slice.value).startswith("harness.")
+    ]
+
+
+def test_no_module_reads_another_harness_modules_private_state():
+    """The reuse seam's rule (issue 57 item 5) for every module: ``_forking`` once read starts' private
+    state through ``sys.modules``."""
+    found = {
+        str(path.relative_to(ROOT)): reads
+        for path in (ROOT / "harness").rglob("*.py")
+        if (reads := _private_reads(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+
+
+def test_the_private_state_check_sees_a_read():
+    assert _private_reads("from harness.tracking import starts\nstarts._local.active\n") == ["starts._local"]
+    assert _private_reads('import sys\nsys.modules["harness.tracking.starts"]\n') == [
+        "harness.tracking.starts"
+    ]
+    assert _private_reads("from harness.tracking import starts\nstarts.starting\nself._x\n") == []
+
+
+def test_each_reuse_handle_implements_only_its_own_kinds_members():
+    """``Closing`` members on the vLLM engine's handle, ``Opened`` members on the HF model's, and neither
+    the other's (no stub that answers for a kind it is not)."""
+    import dataclasses
+
+    from harness.tracking.handles import Closing, Handle, Opened
+    from harness.tracking.hf.parking import Model
+    from harness.tracking.vllm.parking import Engine
+
+    def own(protocol: type) -> set[str]:
+        return {name for name in vars(protocol) if not name.startswith("_")}
+
+    def members(handle: type) -> set[str]:
+        return set(dir(handle)) | {field.name for field in dataclasses.fields(handle)}
+
+    assert own(Handle) | own(Closing) <= members(Engine) and not own(Opened) & members(Engine)
+    assert own(Handle) | own(Opened) <= members(Model) and not own(Closing) & members(Model)
+    assert own(Closing) and own(Opened)
+
+
+def _writes(source: str, event: str) -> bool:
+    """Whether ``source`` calls a ``write`` with ``event`` first (a ledger writer's event)."""
+    import ast
+
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "write"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value == event
+        for node in ast.walk(ast.parse(source))
+    )
+
+
+def test_one_module_writes_reuse_refusals():
+    """One place builds and writes a refusal: the pool (``reuse.Pool.refused``); the ledger's reader and
+    checker only name the event."""
+    writers = {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "harness").rglob("*.py")
+        if _writes(path.read_text(encoding="utf-8"), "reuse-refused")
+    }
+    assert writers == {"harness/tracking/reuse.py"}
+    assert _writes('writer.write("reuse-refused", reason="x")', "reuse-refused")
