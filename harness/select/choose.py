@@ -58,6 +58,8 @@ def choose(
         if old.get(path) in known or old.get(path) in files:  # its tests meet its old path
             continue
         if path not in known and path not in files and not rules.marked(path) and not _package(path, known):
+            if _test_module(path):  # another suite's (or a deselected) test module: no test here ran it
+                continue
             return _everything(tests, f"{path} changed, and no footprint and no rule explains it", ignored)
     touched = set(relevant)
     for path in relevant:  # a package's __init__ ran at the first import of any of its modules (maybe
@@ -110,6 +112,15 @@ def _why(
         if marker in wanted:
             return f"marker {marker} ({wanted[marker]} changed)"
     return None
+
+
+def _test_module(path: str) -> bool:
+    """A test module by pytest's default ``python_files`` (``test_*.py``, ``*_test.py``; never a conftest,
+    which is global). One this run did not collect and no footprint holds is code no test here ran: its
+    tests are another suite's (or deselected), and a test that imports it, in its process or a child, has
+    it in its footprint. A suite that reads test modules as data maps them in ``[tool.harness.select]``."""
+    name = path.rsplit("/", 1)[-1]
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
 def _below(path: str, prefix: str) -> str:
