@@ -1,22 +1,28 @@
 """Backs docs/selection.md § Replay: selection on this project's own history (issue 59 item 5). For the
-last N commits that changed ``harness/`` or ``tests/``, oldest first, each commit's tests run in shadow
-(``harness run --changed-since PARENT --history <the previous commit's report> --shadow``): every test runs
-(the truth: what fails at the commit) and report.json records what selection, from the parent's footprints
-and the diff, would have run and skipped, and the false greens (skipped tests that failed). The same run
-records the commit's footprints, the next commit's history: one run per commit gives both.
+last N commits that changed ``harness/`` or ``tests/``, oldest first, each commit's tests run once, in
+shadow (``harness run --changed-since PARENT --history <the previous commit's report> --shadow``): every
+test runs (the truth: what fails at the commit), and the run records the commit's footprints, the next
+commit's history. One run per commit gives both.
 
     python benchmarks/selection_replay.py --work DIR [--commits 40] [--suite-args "tests/unit/test_x.py ..."]
     python benchmarks/selection_replay.py --work DIR --table      # the rows so far, and their distribution
+
+The figures are this checkout's selection (``harness.select.choose``, as ``harness run`` calls it) for each
+commit: from the previous run's footprints, markers and engine groups, ``git diff`` from that commit and
+the commit's ``[tool.harness.select]``, over the tests the commit's run collected; a false green is a test
+it skips that failed in the commit's run. ``--table`` recomputes them from the kept reports, so a change to
+selection is measured again without running anything. Each row also shows what the commit's own harness
+selected in its shadow run (``at the commit``).
 
 Each commit runs in a ``git worktree`` of its own under ``DIR/trees`` with its own ``harness`` first on
 ``PYTHONPATH`` (the tests test that commit's code, and its plugin records), its report kept under
 ``DIR/runs/<commit>``, its row appended to ``DIR/rows.jsonl``: a second call skips the commits done
 (resumable). The first commit's history is a plain run of its parent with footprints
-(``HARNESS_FOOTPRINTS=1``). The suite is ``[tool.harness.suites.replay]``, added to
-the worktree's pyproject.toml and hidden from git (``update-index --skip-worktree``: it is the replay's
-setting, not the commit's change); ``--suite-args`` are its test paths (``tests/...``; default
-``tests/unit``) and pytest options after ``--`` (``-m``, ``-k``); a listed test path the commit does not
-have is left out of that commit's run (said in its row).
+(``HARNESS_FOOTPRINTS=1``). The suite is ``[tool.harness.suites.replay]``, added to the worktree's
+pyproject.toml and hidden from git (``update-index --skip-worktree``: it is the replay's setting, not the
+commit's change); ``--suite-args`` are its test paths (``tests/...``; default ``tests/unit``) and pytest
+options after ``--`` (``-m``, ``-k``); a listed test path the commit does not have is left out of that
+commit's run (said in its row).
 
 A commit whose parent is not the previous replayed commit (commits between changed neither folder) is
 selected since the previous replayed commit instead, whose footprints the history holds: the change is
@@ -34,7 +40,13 @@ import statistics
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
+
+from harness import split
+from harness.select import changes, rules
+from harness.select import table as footprints
+from harness.select.choose import choose
 
 FOLDERS = ("harness", "tests")
 
@@ -104,30 +116,59 @@ def rows(work: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
 
 
-def share(row: dict) -> float | None:
-    total = row.get("selected", 0) + row.get("skipped", 0)
-    return row["selected"] / total if total else None
+def today(repo: Path, work: Path, row: dict) -> dict | None:
+    """This checkout's selection for the row's commit (``harness.select.choose``, as ``harness run`` calls
+    it): the tests the commit's run collected, the history's footprints, markers and engine groups, and
+    ``git diff`` from the row's ref to the commit, under the commit's ``[tool.harness.select]``; its false
+    greens are the skipped tests that failed in the commit's run. None where a report is missing."""
+    try:
+        ran = json.loads((work / "runs" / row["commit"][:12] / "report.json").read_text())
+        history = json.loads((work / "runs" / row["ref"][:12] / "report.json").read_text())
+    except (OSError, ValueError, KeyError):
+        return None
+    decoded = footprints.decode(history.get("footprints"))
+    diff = git(repo, "diff", "--name-status", "-M", "-z", row["ref"], row["commit"], "--")
+    project = tomllib.loads(git(repo, "show", f"{row['commit']}:pyproject.toml"))
+    given = rules.load(project.get("tool", {}).get("harness", {}).get("select"))
+    tests = [t["nodeid"] for t in ran["tests"]]
+    prior = decoded if isinstance(decoded, str) else decoded[0]
+    markers = {} if isinstance(decoded, str) else decoded[1]
+    unit = split.Groups(history).unit
+    made = choose(tests, prior, markers, changes.parse(diff), given, unit, "", changes.renames(diff))
+    failed = {t["nodeid"] for t in ran["tests"] if t.get("outcome") in ("failed", "error")}
+    return {
+        "selected": len(made.selected),
+        "skipped": len(made.skipped),
+        "everything": made.everything,
+        "false_green": sorted(failed.intersection(made.skipped)),
+    }
 
 
-def table(found: list[dict]) -> list[str]:
-    """Per commit: selected / total, false greens, why everything (if so); then the distribution."""
-    out = ["commit       selected/total  share  false greens  failed  note"]
+def table(repo: Path, work: Path, found: list[dict]) -> list[str]:
+    """Per commit: this checkout's selection (selected / total, false greens, why everything if so) and
+    the commit's own harness's (its shadow report); then the distribution of this checkout's."""
+    out = ["commit       selected/total  share  false greens  failed  at the commit  why all (or note)"]
     shares, greens = [], 0
     for row in found:
         if row.get("skip"):
             out.append(f"{row['commit'][:12]} not replayed: {row['skip']}")
             continue
-        part = share(row)
-        if part is None or row.get("false_green") is None:
-            out.append(f"{row['commit'][:12]} no selection recorded ({row.get('error', 'see its log')})")
+        now = today(repo, work, row)
+        total = now and now["selected"] + now["skipped"]
+        if not now or not total:
+            out.append(f"{row['commit'][:12]} no report to select from ({row.get('error', 'see its log')})")
             continue
+        part = now["selected"] / total
         shares.append(part)
-        greens += len(row["false_green"])
-        note = (row.get("everything") or "")[:70] + (f"; since {row['ref'][:12]}" if row.get("wider") else "")
+        greens += len(now["false_green"])
+        then = row.get("selected", 0) + row.get("skipped", 0)
+        own = f"{row['selected'] / then:.0%}, {len(row.get('false_green') or [])} fg" if then else "-"
+        note = (now["everything"] or "")[:60] + (f"; since {row['ref'][:12]}" if row.get("wider") else "")
         out.append(
-            f"{row['commit'][:12]} {row['selected']:>6}/{row['selected'] + row['skipped']:<6}  {part:>5.0%}"
-            f"  {len(row['false_green']):>12}  {len(row.get('failed') or []):>6}  {note}"
+            f"{row['commit'][:12]} {now['selected']:>6}/{total:<6}  {part:>5.0%}"
+            f"  {len(now['false_green']):>12}  {len(row.get('failed') or []):>6}  {own:>13}  {note}"
         )
+        out += [f"    false green: {nodeid}" for nodeid in now["false_green"]]
     if shares:
         q = statistics.quantiles(shares, n=4) if len(shares) > 1 else [shares[0]] * 3
         out.append(
@@ -175,7 +216,7 @@ def replay(repo: Path, work: Path, count: int, suite_args: list[str], python: st
             row.update(found, ref=ref, wider=ref != parent, missing=missing)
         with open(work / "rows.jsonl", "a", encoding="utf-8") as file:
             file.write(json.dumps(row) + "\n")
-        print("\n".join(table([row])[1:]), file=sys.stderr)
+        print("\n".join(table(repo, work, [row])[1:]), file=sys.stderr)
         previous = commit
 
 
@@ -194,7 +235,7 @@ def main() -> None:
         parser.error("--commits: at least 1")
     if not args.table:
         replay(args.repo, args.work.resolve(), args.commits, shlex.split(args.suite_args), args.python)
-    print("\n".join(table(rows(args.work))))
+    print("\n".join(table(args.repo, args.work.resolve(), rows(args.work.resolve()))))
 
 
 if __name__ == "__main__":
