@@ -6,6 +6,7 @@ commit's history. One run per commit gives both.
 
     python benchmarks/selection_replay.py --work DIR [--commits 40] [--suite-args "tests/unit/test_x.py ..."]
     python benchmarks/selection_replay.py --work DIR --table      # the rows so far, and their distribution
+    python benchmarks/selection_replay.py --work DIR --estimate REPORT  # each diff, one run's footprints
 
 The figures are this checkout's selection (``harness.select.choose``, as ``harness run`` calls it) for each
 commit: from the previous run's footprints, markers and engine groups, ``git diff`` from that commit and
@@ -178,6 +179,36 @@ def table(repo: Path, work: Path, found: list[dict]) -> list[str]:
     return out
 
 
+def estimate(repo: Path, count: int, report: Path) -> list[str]:
+    """Selection for each of the last ``count`` commits' diffs (parent to commit) from one report's
+    footprints and tests, run nowhere: the share only (no false greens without each commit's run), and the
+    footprints are that report's commit's, not each parent's."""
+    history = json.loads(report.read_text())
+    decoded = footprints.decode(history.get("footprints"))
+    if isinstance(decoded, str):
+        raise SystemExit(f"{report}: {decoded}")
+    tests, unit = list(decoded[0]), split.Groups(history).unit
+    out, shares = [], []
+    for commit in commits(repo, count):
+        diff = git(repo, "diff", "--name-status", "-M", "-z", f"{commit}^", commit, "--")
+        project = tomllib.loads(git(repo, "show", f"{commit}:pyproject.toml"))
+        given = rules.load(project.get("tool", {}).get("harness", {}).get("select"))
+        made = choose(
+            tests, decoded[0], decoded[1], changes.parse(diff), given, unit, "", changes.renames(diff)
+        )
+        shares.append(len(made.selected) / len(tests))
+        out.append(
+            f"{commit[:12]} {len(made.selected):>6}/{len(tests):<6} {shares[-1]:>5.0%}"
+            f"  {made.everything or ''}"
+        )
+    q = statistics.quantiles(shares, n=4) if len(shares) > 1 else [shares[0]] * 3
+    out.append(
+        f"{len(shares)} diffs, footprints of one run: median selected {statistics.median(shares):.0%} "
+        f"(quartiles {q[0]:.0%}, {q[2]:.0%}; max {max(shares):.0%}); false greens not known (nothing ran)"
+    )
+    return out
+
+
 def replay(repo: Path, work: Path, count: int, suite_args: list[str], python: str) -> None:
     work.mkdir(parents=True, exist_ok=True)
     (work / "runs").mkdir(exist_ok=True)
@@ -230,9 +261,13 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--python", default=sys.executable, help="the venv with the test stack")
     parser.add_argument("--table", action="store_true", help="print the rows so far and stop")
+    parser.add_argument("--estimate", type=Path, help="a report.json: each diff's selection from it, no runs")
     args = parser.parse_args()
     if args.commits < 1:
         parser.error("--commits: at least 1")
+    if args.estimate:
+        print("\n".join(estimate(args.repo, args.commits, args.estimate)))
+        return
     if not args.table:
         replay(args.repo, args.work.resolve(), args.commits, shlex.split(args.suite_args), args.python)
     print("\n".join(table(args.repo, args.work.resolve(), rows(args.work.resolve()))))
