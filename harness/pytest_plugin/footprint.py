@@ -4,8 +4,9 @@
 A test's footprint is what ran in its function, in its module's import and collection, in the setup of
 the fixtures it uses (a wider-scoped fixture's setup ran once, for the first test: it counts for each test
 that uses it), and in the processes it started while it ran (``harness.select.profiler.child``).
-pytest's own machinery around them, fixture teardowns and other threads are not profiled: each profiled
-call costs, and a test's own files are in its footprint by its module's import anyway.
+pytest's own machinery around them and fixture teardowns are not recorded: on Python 3.11 each profiled
+call costs (``cProfile``, the test's thread only), and a test's own files are in its footprint by its
+module's import anyway; on 3.12+ ``sys.monitoring`` costs once per code object and owner (every thread).
 Recorded only where asked (``HARNESS_FOOTPRINTS=1``, which ``harness run`` sets where selection is in use):
 profiling costs CPU in every test's own process (docs/selection.md), and a run without footprints
 costs selection nothing but a conservative choice.
