@@ -45,6 +45,8 @@ import tomllib
 from pathlib import Path
 
 from harness import split
+from harness.errors import ReportError
+from harness.report import previous, store
 from harness.select import changes, rules
 from harness.select import table as footprints
 from harness.select.choose import choose
@@ -124,18 +126,21 @@ def today(repo: Path, work: Path, row: dict) -> dict | None:
     greens are the skipped tests that failed in the commit's run. None where a report is missing."""
     try:
         ran = json.loads((work / "runs" / row["commit"][:12] / "report.json").read_text())
-        history = json.loads((work / "runs" / row["ref"][:12] / "report.json").read_text())
-    except (OSError, ValueError, KeyError):
+        source = work / "runs" / row["ref"][:12] / "report.json"
+        history = previous.from_report(store.load(source), str(source))  # as harness run reads it
+    except (OSError, ValueError, KeyError, ReportError):
         return None
-    decoded = footprints.decode(history.get("footprints"))
+    decoded = footprints.decode(dict(history.report or {}).get("footprints"))
     diff = git(repo, "diff", "--name-status", "-M", "-z", row["ref"], row["commit"], "--")
     project = tomllib.loads(git(repo, "show", f"{row['commit']}:pyproject.toml"))
     given = rules.load(project.get("tool", {}).get("harness", {}).get("select"))
     tests = [t["nodeid"] for t in ran["tests"]]
     prior = decoded if isinstance(decoded, str) else decoded[0]
     markers = {} if isinstance(decoded, str) else decoded[1]
-    unit = split.Groups(history).unit
-    made = choose(tests, prior, markers, changes.parse(diff), given, unit, "", changes.renames(diff))
+    made = choose(
+        tests, prior, markers, changes.parse(diff), given, history.groups.unit, "", changes.renames(diff),
+        history.failed,
+    )  # fmt: skip
     failed = {t["nodeid"] for t in ran["tests"] if t.get("outcome") in ("failed", "error")}
     return {
         "selected": len(made.selected),

@@ -79,11 +79,13 @@ def prepare(
     if isinstance(prior, str) or change is None:
         made = choose.choose(tests, str(prior), {}, [], given)
     else:
-        footprints, markers, unit = prior
+        footprints, markers, unit, failed = prior
         own = _prefix(out, change.top)  # this run's own directory is never a change
         given = replace(given, ignore=(*given.ignore, own)) if own else given
         prefix = _prefix(root, change.top)
-        made = choose.choose(tests, footprints, markers, change.files, given, unit, prefix, change.renamed)
+        made = choose.choose(
+            tests, footprints, markers, change.files, given, unit, prefix, change.renamed, failed
+        )
     files = change.files if change else ()
     section = record.section(mode, ref, change.base if change else None, files, made)
     if made.skipped:
@@ -96,7 +98,7 @@ def prepare(
 
 
 def _footprints(history: History | None) -> tuple | str:
-    """The history's footprints, markers and engine groups' ``unit``; else why it has none."""
+    """The history's footprints, markers, engine groups' ``unit`` and failed tests; else why it has none."""
     if history is None:
         return "no history given (--history or HARNESS_HISTORY)"
     if history.note is not None:
@@ -106,7 +108,7 @@ def _footprints(history: History | None) -> tuple | str:
     decoded = table.decode(history.report.get("footprints"))
     if isinstance(decoded, str):
         return f"{history.source}: {decoded}"
-    return (*decoded, history.groups.unit)
+    return (*decoded, history.groups.unit, history.failed)
 
 
 def _prefix(root: Path, top: Path) -> str:

@@ -1,11 +1,11 @@
 """Which tests a change selects, and why each one: pure, from the tests collected, the history's footprints
 and markers, the changed files and ``[tool.harness.select]``.
 
-A test is selected when the history does not know it, when its file changed, when its footprint holds a
-changed file, when it carries a marker a changed file maps to, or when a test of its engine group is
-selected (the group stays whole). Every test is selected, with one line saying why, when a changed file
-is global or no footprint and no rule explains it, or when the history cannot say (``footprints`` is that
-line). Nothing else is skipped; each skipped test is named.
+A test is selected when the history does not know it or it failed there, when its file changed, when its
+footprint holds a changed file, when it carries a marker a changed file maps to, or when a test of its
+engine group is selected (the group stays whole). Every test is selected, with one line saying why, when a
+changed file is global or no footprint and no rule explains it, or when the history cannot say
+(``footprints`` is that line). Nothing else is skipped; each skipped test is named.
 """
 
 from __future__ import annotations
@@ -35,11 +35,14 @@ def choose(
     unit: Callable[[str], str] = lambda nodeid: nodeid,
     prefix: str = "",
     renamed: Mapping[str, str] | None = None,
+    failed: Collection[str] = (),
 ) -> Selection:
     """The selection (see the module doc). ``changed`` are paths from the repository's top; footprints and
     node ids are relative to pytest's rootdir, which is ``prefix`` (``""`` or ``"sub/"``) below the top.
-    ``renamed`` (new path -> old, from the top): a renamed file is explained where its old path is."""
-    tests = list(dict.fromkeys(tests))
+    ``renamed`` (new path -> old, from the top): a renamed file is explained where its old path is.
+    ``failed``: the tests that failed or errored in the history; each runs again (skipped, a red test
+    would turn green unseen)."""
+    tests, failed = list(dict.fromkeys(tests)), frozenset(failed)
     if isinstance(footprints, str):
         return _everything(tests, f"the history cannot say: {footprints}")
     relative = [_below(p, prefix) for p in changed]
@@ -67,7 +70,7 @@ def choose(
             touched |= {name for name in known if name.startswith(folder)}
     selected: dict[str, str] = {}
     for nodeid in tests:
-        why = _why(nodeid, footprints, markers, touched, wanted)
+        why = _why(nodeid, footprints, markers, touched, wanted, failed)
         if why is not None:
             selected[nodeid] = why
     groups: dict[str, list[str]] = {}
@@ -79,17 +82,24 @@ def choose(
             selected.setdefault(nodeid, f"its engine group runs ({first})")
     ordered = {nodeid: selected[nodeid] for nodeid in tests if nodeid in selected}
     made = Selection(ordered, tuple(n for n in tests if n not in selected), None, ignored)
-    _check(made, footprints, touched, unit)
+    _check(made, footprints, touched, unit, failed)
     return made
 
 
-def _check(made: Selection, footprints: Mapping[str, Collection[str]], touched: set[str], unit) -> None:
-    """At run time, the promise a wrong answer would break silently in CI: no skipped test met the change
-    or shares an engine group with a selected one (a bug of ours: exit 4, never a silent skip)."""
+def _check(
+    made: Selection,
+    footprints: Mapping[str, Collection[str]],
+    touched: set[str],
+    unit,
+    failed: Collection[str],
+) -> None:
+    """At run time, the promise a wrong answer would break silently in CI: no skipped test met the change,
+    failed in the history or shares an engine group with a selected one (a bug of ours: exit 4, never a
+    silent skip)."""
     groups = {unit(nodeid) for nodeid in made.selected}
     for nodeid in made.skipped:
         met = nodeid not in footprints or touched.intersection(footprints[nodeid])
-        if met or nodeid.split("::")[0] in touched or unit(nodeid) in groups:
+        if met or nodeid.split("::")[0] in touched or unit(nodeid) in groups or nodeid in failed:
             raise RuntimeError(f"selection would skip {nodeid}, which the change touches")
 
 
@@ -99,9 +109,12 @@ def _why(
     markers: Mapping[str, Collection[str]],
     touched: set[str],
     wanted: Mapping[str, str],
+    failed: Collection[str] = (),
 ) -> str | None:
     if nodeid not in footprints:
         return "the history does not know it"
+    if nodeid in failed:
+        return "it failed in the history"
     file = nodeid.split("::")[0]
     if file in touched:
         return f"its file changed ({file})"
