@@ -119,7 +119,7 @@ def rows(work: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
 
 
-def today(repo: Path, work: Path, row: dict) -> dict | None:
+def today(repo: Path, work: Path, row: dict, select: dict | None = None) -> dict | None:
     """This checkout's selection for the row's commit (``harness.select.choose``, as ``harness run`` calls
     it): the tests the commit's run collected, the history's footprints, markers and engine groups, and
     ``git diff`` from the row's ref to the commit, under the commit's ``[tool.harness.select]``; its false
@@ -133,7 +133,9 @@ def today(repo: Path, work: Path, row: dict) -> dict | None:
     decoded = footprints.decode(dict(history.report or {}).get("footprints"))
     diff = git(repo, "diff", "--name-status", "-M", "-z", row["ref"], row["commit"], "--")
     project = tomllib.loads(git(repo, "show", f"{row['commit']}:pyproject.toml"))
-    given = rules.load(project.get("tool", {}).get("harness", {}).get("select"))
+    given = rules.load(
+        select if select is not None else project.get("tool", {}).get("harness", {}).get("select")
+    )
     tests = [t["nodeid"] for t in ran["tests"]]
     prior = decoded if isinstance(decoded, str) else decoded[0]
     markers = {} if isinstance(decoded, str) else decoded[1]
@@ -150,7 +152,7 @@ def today(repo: Path, work: Path, row: dict) -> dict | None:
     }
 
 
-def table(repo: Path, work: Path, found: list[dict]) -> list[str]:
+def table(repo: Path, work: Path, found: list[dict], select: dict | None = None) -> list[str]:
     """Per commit: this checkout's selection (selected / total, false greens, why everything if so) and
     the commit's own harness's (its shadow report); then the distribution of this checkout's."""
     out = ["commit       selected/total  share  false greens  failed  at the commit  why all (or note)"]
@@ -159,7 +161,7 @@ def table(repo: Path, work: Path, found: list[dict]) -> list[str]:
         if row.get("skip"):
             out.append(f"{row['commit'][:12]} not replayed: {row['skip']}")
             continue
-        now = today(repo, work, row)
+        now = today(repo, work, row, select)
         total = now and now["selected"] + now["skipped"]
         if not now or not total:
             out.append(f"{row['commit'][:12]} no report to select from ({row.get('error', 'see its log')})")
@@ -184,7 +186,7 @@ def table(repo: Path, work: Path, found: list[dict]) -> list[str]:
     return out
 
 
-def estimate(repo: Path, count: int, report: Path) -> list[str]:
+def estimate(repo: Path, count: int, report: Path, select: dict | None = None) -> list[str]:
     """Selection for each of the last ``count`` commits' diffs (parent to commit) from one report's
     footprints and tests, run nowhere: the share only (no false greens without each commit's run), and the
     footprints are that report's commit's, not each parent's."""
@@ -197,7 +199,9 @@ def estimate(repo: Path, count: int, report: Path) -> list[str]:
     for commit in commits(repo, count):
         diff = git(repo, "diff", "--name-status", "-M", "-z", f"{commit}^", commit, "--")
         project = tomllib.loads(git(repo, "show", f"{commit}:pyproject.toml"))
-        given = rules.load(project.get("tool", {}).get("harness", {}).get("select"))
+        given = rules.load(
+            select if select is not None else project.get("tool", {}).get("harness", {}).get("select")
+        )
         made = choose(
             tests, decoded[0], decoded[1], changes.parse(diff), given, unit, "", changes.renames(diff)
         )
@@ -266,16 +270,21 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--python", default=sys.executable, help="the venv with the test stack")
     parser.add_argument("--table", action="store_true", help="print the rows so far and stop")
+    parser.add_argument(
+        "--select",
+        type=lambda text: tomllib.loads(text),
+        help="TOML in place of each commit's [tool.harness.select] (--table, --estimate)",
+    )
     parser.add_argument("--estimate", type=Path, help="a report.json: each diff's selection from it, no runs")
     args = parser.parse_args()
     if args.commits < 1:
         parser.error("--commits: at least 1")
     if args.estimate:
-        print("\n".join(estimate(args.repo, args.commits, args.estimate)))
+        print("\n".join(estimate(args.repo, args.commits, args.estimate, args.select)))
         return
     if not args.table:
         replay(args.repo, args.work.resolve(), args.commits, shlex.split(args.suite_args), args.python)
-    print("\n".join(table(args.repo, args.work.resolve(), rows(args.work.resolve()))))
+    print("\n".join(table(args.repo, args.work.resolve(), rows(args.work.resolve()), args.select)))
 
 
 if __name__ == "__main__":
