@@ -58,10 +58,10 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
-def commits(repo: Path, count: int) -> list[str]:
-    """The last ``count`` commits of HEAD's first-parent line that changed harness/ or tests/, oldest
+def commits(repo: Path, count: int, head: str = "HEAD") -> list[str]:
+    """The last ``count`` commits of ``head``'s first-parent line that changed harness/ or tests/, oldest
     first."""
-    found = git(repo, "rev-list", "--first-parent", f"--max-count={count}", "HEAD", "--", *FOLDERS)
+    found = git(repo, "rev-list", "--first-parent", f"--max-count={count}", head, "--", *FOLDERS)
     return list(reversed(found.split()))
 
 
@@ -186,7 +186,7 @@ def table(repo: Path, work: Path, found: list[dict], select: dict | None = None)
     return out
 
 
-def estimate(repo: Path, count: int, report: Path, select: dict | None = None) -> list[str]:
+def estimate(repo: Path, count: int, head: str, report: Path, select: dict | None = None) -> list[str]:
     """Selection for each of the last ``count`` commits' diffs (parent to commit) from one report's
     footprints and tests, run nowhere: the share only (no false greens without each commit's run), and the
     footprints are that report's commit's, not each parent's."""
@@ -196,7 +196,7 @@ def estimate(repo: Path, count: int, report: Path, select: dict | None = None) -
         raise SystemExit(f"{report}: {decoded}")
     tests, unit = list(decoded[0]), split.Groups(history).unit
     out, shares = [], []
-    for commit in commits(repo, count):
+    for commit in commits(repo, count, head):
         diff = git(repo, "diff", "--name-status", "-M", "-z", f"{commit}^", commit, "--")
         project = tomllib.loads(git(repo, "show", f"{commit}:pyproject.toml"))
         given = rules.load(
@@ -218,11 +218,11 @@ def estimate(repo: Path, count: int, report: Path, select: dict | None = None) -
     return out
 
 
-def replay(repo: Path, work: Path, count: int, suite_args: list[str], python: str) -> None:
+def replay(repo: Path, work: Path, count: int, suite_args: list[str], python: str, head: str) -> None:
     work.mkdir(parents=True, exist_ok=True)
     (work / "runs").mkdir(exist_ok=True)
     done = {row["commit"] for row in rows(work)}
-    order = commits(repo, count)
+    order = commits(repo, count, head)
     previous: str | None = None
     for commit in order:
         if commit in done:
@@ -264,6 +264,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, required=True, help="worktrees, runs and rows.jsonl go here")
     parser.add_argument("--commits", type=int, default=40, help="how many commits (default 40)")
+    parser.add_argument("--head", default="HEAD", help="the last commit of the window (default HEAD)")
     parser.add_argument(
         "--suite-args", default="", help="the suite's test paths and pytest options (one quoted string)"
     )
@@ -280,10 +281,12 @@ def main() -> None:
     if args.commits < 1:
         parser.error("--commits: at least 1")
     if args.estimate:
-        print("\n".join(estimate(args.repo, args.commits, args.estimate, args.select)))
+        print("\n".join(estimate(args.repo, args.commits, args.head, args.estimate, args.select)))
         return
     if not args.table:
-        replay(args.repo, args.work.resolve(), args.commits, shlex.split(args.suite_args), args.python)
+        replay(
+            args.repo, args.work.resolve(), args.commits, shlex.split(args.suite_args), args.python, args.head
+        )
     print("\n".join(table(args.repo, args.work.resolve(), rows(args.work.resolve()), args.select)))
 
 
