@@ -250,12 +250,16 @@ def first_configurations(report: Mapping) -> dict[str, str]:
 
 
 class Groups:
-    """The engine groups: what a previous run's report.json says about keeping tests together: the files (or
-    package folders) and classes whose wider-scoped fixtures started a runner, and each test's first engine
-    configuration. Without a report nothing is known: then a whole file is one unit."""
+    """The engine groups: what a previous run's report.json says about keeping tests together: the package
+    folders, files and classes whose wider-scoped fixtures started a runner, and each test's first engine
+    configuration. Without a report nothing is known: then a whole file is one unit. The split keeps each
+    ``unit`` on one shard and failures first moves each ``block`` whole, both from these groups."""
 
     def __init__(self, report: dict | None = None):
         self.known = report is not None
+        self.packages: set[str] = (
+            set()
+        )  # folders (``""``: the rootdir) a package-scoped fixture's runner held
         self.together: dict[str, str] = {}  # a file, or a class's node id -> the unit that holds it
         for record in [*(report or {}).get("records", []), *(report or {}).get("reuses", [])]:
             if not isinstance(record, dict) or not isinstance(record.get("test"), str):
@@ -263,13 +267,35 @@ class Groups:
             test, scope = record["test"], record.get("scope")
             file = test.split("::")[0]
             if scope == "package":
-                self.together[file] = f"package {file.rpartition('/')[0]}"
+                self.packages.add(file.rpartition("/")[0])
             elif scope == "module":
                 self.together.setdefault(file, f"file {file}")
             elif scope == "class" and test.count("::") >= 2:
                 owner = test.rsplit("::", 1)[0]
                 self.together.setdefault(owner, f"class {owner}")
         self.configuration = first_configurations(report or {})  # node id -> fingerprint
+
+    @classmethod
+    def of_packages(cls, folders: Iterable[str]) -> Groups:
+        """The groups a phase's order is handed (``HARNESS_ENGINE_GROUPS``): the package folders alone."""
+        groups = cls()
+        groups.packages = set(folders)
+        return groups
+
+    def package(self, file: str) -> str | None:
+        """The package group holding ``file``: the outermost of ``packages`` at or above its folder (a
+        package-scoped fixture lives until its package's last test, sub-folders included)."""
+        parts = file.split("/")[:-1]
+        for end in range(len(parts) + 1):
+            if (folder := "/".join(parts[:end])) in self.packages:
+                return f"package {folder}"
+        return None
+
+    def block(self, nodeid: str) -> str:
+        """What failures first moves whole: the test's package group, else its file (a module's fixtures
+        and every class of it); the order never splits one, and learned timeouts count a block as moved."""
+        file = nodeid.split("::")[0]
+        return self.package(file) or f"file {file}"
 
     def unit(self, nodeid: str) -> str:
         """The unit ``nodeid`` is split with: its package, file or class where a wider-scoped fixture
@@ -278,7 +304,11 @@ class Groups:
         if not self.known:
             return f"file {file}"
         owner = nodeid.rsplit("::", 1)[0]
-        found = self.together.get(file) or (self.together.get(owner) if owner != file else None)
+        found = (
+            self.package(file)
+            or self.together.get(file)
+            or (self.together.get(owner) if owner != file else None)
+        )
         if found is not None:
             return found
         if nodeid in self.configuration:

@@ -5,6 +5,9 @@ sets them, the pytest plugin reads them, and neither imports the other."""
 SWITCH = "HARNESS"
 # a previous run's configurations, by which the plugin orders the tests (``harness.pytest_plugin.order``)
 CONFIGURATIONS = "HARNESS_CONFIGURATIONS"
+# that run's package groups, which failures first moves whole beside files (a JSON object {packages:
+# [folder, ...]}: harness.split.Groups.packages), written beside it where the run had any
+ENGINE_GROUPS = "HARNESS_ENGINE_GROUPS"
 # a previous run of the suite (report.json or run directory) as harness run's history; CI's test steps set
 # it to what the cache restored (harness.run.history)
 HISTORY = "HARNESS_HISTORY"

@@ -29,7 +29,7 @@ def main(args: argparse.Namespace) -> int:
     gates = [Gate.parse(spec) for spec in args.fail_on_regression]
     if gates and not args.baseline:
         raise HarnessError("--fail-on-regression needs --baseline: what would this build be worse than?")
-    out = directory(args.out)
+    out = directory(args.out, inputs=args.shards)  # never onto a shard's own report
     before_after.refuse_itself(args.out, args.baseline)
     report = merge([load_checked(shard) for shard in args.shards], list(args.shards))
     accounting = report.get("accounting")

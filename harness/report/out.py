@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.report.store import write_atomic
 
 
-def target(path: str | Path, what: str = "--out") -> Path:
+def target(path: str | Path, what: str = "--out", inputs: Iterable[str | Path] = ()) -> Path:
     """The path to write for ``path``: itself, or the file its symlink names; anything else there but a
-    regular file is one ``HarnessError`` line."""
+    regular file, or one of the ``inputs`` the command reads (it would be lost), is one ``HarnessError``
+    line."""
     path = Path(path)
-    mode = _mode(path, what)
+    mode = _mode(path, what)  # first: a path the system cannot look at is one line
+    _apart(path, inputs, what, folder=False)
     if mode is None:
         return path  # a new file
     if stat.S_ISDIR(mode):
@@ -32,10 +35,10 @@ def target(path: str | Path, what: str = "--out") -> Path:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
-def write(path: str | Path, text: str, what: str = "--out") -> Path:
+def write(path: str | Path, text: str, what: str = "--out", inputs: Iterable[str | Path] = ()) -> Path:
     """Write ``text`` to ``path`` atomically, as ``target`` allows; where it went. A full disk is the
     machine's (``InfrastructureError``, exit 4); any other refusal of the system is one line, exit 2."""
-    where = target(path, what)
+    where = target(path, what, inputs)
     try:
         write_atomic(where, text)
     except OSError as error:  # (a full disk is already the machine's: InfrastructureError)
@@ -43,16 +46,32 @@ def write(path: str | Path, text: str, what: str = "--out") -> Path:
     return where
 
 
-def directory(path: str | Path, what: str = "--out") -> Path:
+def directory(path: str | Path, what: str = "--out", inputs: Iterable[str | Path] = ()) -> Path:
     """A directory the command writes files into: new, or an existing directory; anything else at that
-    path is one ``HarnessError`` line."""
+    path, or the run directory of one of the ``inputs`` it reads (its report would be overwritten), is one
+    ``HarnessError`` line."""
     path = Path(path)
-    mode = _mode(path, what)
+    mode = _mode(path, what)  # first: a path the system cannot look at is one line
+    _apart(path, inputs, what, folder=True)
     if mode is None:
         return path
     if not stat.S_ISDIR(mode):
         raise HarnessError(f"{what} {path}: exists and is not a directory ({_kind(mode)})")
     return path
+
+
+def _apart(path: Path, inputs: Iterable[str | Path], what: str, folder: bool) -> None:
+    """One ``HarnessError`` line where writing ``path`` (a file, or a ``folder`` of report files) would
+    overwrite an input the command reads: a report file, or a run directory's ``report.json``."""
+    mine = Path(os.path.realpath(path))
+    for given in inputs:
+        theirs = Path(os.path.realpath(given))
+        if folder and theirs.name == "report.json" and not theirs.is_dir():
+            theirs = theirs.parent
+        elif not folder and theirs.is_dir():
+            theirs = theirs / "report.json"
+        if theirs == mine:
+            raise HarnessError(f"{what} {path}: is where {given} is read from; give the output its own place")
 
 
 def _kind(mode: int) -> str:

@@ -50,10 +50,6 @@ def scope(nodeid: str) -> str:
     return nodeid.split("[", 1)[0].rsplit("::", 1)[0]
 
 
-def file_of(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
-
-
 @dataclass(frozen=True)
 class History:
     """One previous run as every consumer sees it (empty: no history; ``note`` says why)."""
@@ -102,10 +98,10 @@ class History:
         """Each recorded test's learned timeout (``timeout_s``) from what its place can cost it: its own
         recorded seconds, plus (where it may be first of its scope in this run) the two largest setups the
         history recorded, which cover a wider fixture's start and a session's. Such a test is one first of
-        its scope in a phase's collection (``collected``; None: every test), or one in a file that failures
-        first moves (the order within it changes)."""
+        its scope in a phase's collection (``collected``; None: every test), or one in an engine group that
+        failures first moves (``split.Groups.block``, the order's own blocks: the order within it changes)."""
         extra = math.fsum(sorted(self.setup.get(t, 0.0) for t in self.ran)[-2:])
-        moved = {file_of(t) for t in self.failed}
+        moved = {self.groups.block(t) for t in self.failed}
         firsts: set[str] | None = None
         if collected is not None:
             firsts = set()
@@ -118,7 +114,7 @@ class History:
         found = {}
         for test in self.ran:
             paid = self.seconds.get(test, 0.0)
-            if firsts is None or test in firsts or file_of(test) in moved:
+            if firsts is None or test in firsts or self.groups.block(test) in moved:
                 paid += extra
             found[test] = timeout_s(paid, bound)
         return found

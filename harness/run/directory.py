@@ -29,6 +29,7 @@ REPORT_FILES = (
     "timeline.svg",
     "report.html",
     "configurations.json",  # the previous run's configurations, when --durations-from gave one
+    "engine-groups.json",  # its package groups, which failures first moves whole (HARNESS_ENGINE_GROUPS)
     "test-timeouts.json",  # per-test timeouts from the history, with --timeouts-from-history
     "phases-collected.json",  # the run's one collection (harness.run.selection)
     "selection.json",  # what pytest read in the pass-through arguments (harness.run.probe)

@@ -6,7 +6,8 @@ It is named by one of ``--history`` / ``HARNESS_HISTORY`` (CI hands over the bas
 a pull request's own previous attempt: one that is missing, unreadable, of another format, suite or
 platform is one line in the summary, ``no history: ...``, and the run goes on without it) or
 ``--durations-from`` / ``HARNESS_DURATIONS_FROM`` (a file the user named: strict, bad input when it cannot
-be read). Both name the run that orders and weighs this one, so both together are refused in one line;
+be read). Both name the run that orders and weighs this one, so both together are refused in one line, as
+is ``--timeouts-from-history`` without either;
 pytest-shard's ``--harness-durations`` after ``--`` weighs the split only, so beside ``--history`` both
 are honoured, and beside ``--durations-from`` (two weights for one split) it is refused.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import options
-from harness.config.variables import CONFIGURATIONS, HISTORY, TEST_TIMEOUTS
+from harness.config.variables import CONFIGURATIONS, ENGINE_GROUPS, HISTORY, TEST_TIMEOUTS
 from harness.errors import HarnessError
 from harness.report import previous
 from harness.report.gpu_free import GPU_PLATFORMS
@@ -58,6 +59,11 @@ def choose(
             f"{first} {one!r} and {second} {other!r} both name the run this one is weighed by: give one"
         )
     strict = named[f"--durations-from (or {DURATIONS})"]
+    if getattr(args, "timeouts_from_history", False) and not (strict or named[f"--history (or {VARIABLE})"]):
+        raise HarnessError(  # else the flag would be dropped without a word: no test given a learned timeout
+            f"--timeouts-from-history needs --history or --durations-from (or {VARIABLE}): what would it "
+            "learn from?"
+        )
     if strict:  # named by the user: strict
         found = previous.read(strict)
         return Given(found, found, None)
@@ -77,6 +83,10 @@ def configurations(history: History | None, out: Path, env: dict) -> None:
     path = out / "configurations.json"
     write_atomic(path, json.dumps(dict(history.configurations), indent=1) + "\n")
     env[CONFIGURATIONS] = str(path.resolve())
+    if history.groups.packages:  # failures first moves these whole too (harness.split.Groups.block)
+        groups = out / "engine-groups.json"
+        write_atomic(groups, json.dumps({"packages": sorted(history.groups.packages)}, indent=1) + "\n")
+        env[ENGINE_GROUPS] = str(groups.resolve())
 
 
 def timeouts(
