@@ -62,21 +62,37 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = tempfile.mkdtemp(prefix="harness-tests-")
 
 
+def _boots(item: pytest.Item) -> int:
+    """The vLLM processes an ``engines`` test boots (``engines(n)``): each imports vLLM and torch, ~12 s of
+    CPU, most of such a test's cost. 0: it reads a run a test of its module starts."""
+    marker = item.get_closest_marker("engines")
+    return marker.args[0] if marker is not None and marker.args else 0
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under xdist's worksteal, the tests that start real engines (``engines``: minutes of CPU each) open
-    the workers' first chunks, one each in turn, so they run from the start beside the quick tests instead of
-    last and one after another (worksteal hands out contiguous chunks: ``n // W``, then the rest's share).
+    the workers' first chunks, so they run from the start beside the quick tests instead of last and one
+    after another (worksteal hands out contiguous chunks: ``n // W``, then the rest's share). The most
+    booting first, each to the worker with the fewest boots so far (a test that reads its module's run
+    follows that run's test), so no worker is left with two long ones while another has none.
     Every worker computes the same order; alone (no xdist) the order is pytest's."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers < 2:
         return
     slow = [item for item in items if item.get_closest_marker("engines")]
     quick = iter([item for item in items if not item.get_closest_marker("engines")])
+    chunks: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    boots = [0] * workers
+    for item in sorted(slow, key=_boots, reverse=True):  # stable: collection order among equals
+        fewest = boots.index(min(boots))
+        module = [w for w, chunk in enumerate(chunks) if any(i.module is item.module for i in chunk)]
+        worker = module[0] if module and not _boots(item) else fewest
+        chunks[worker].append(item)
+        boots[worker] += _boots(item)
     ordered, left = [], len(items)
-    for worker in range(workers):
+    for worker, mine in enumerate(chunks):
         size = left // (workers - worker)
         left -= size
-        mine = slow[worker::workers]
         ordered += [*mine, *itertools.islice(quick, max(size - len(mine), 0))]
     items[:] = [*ordered, *quick]
 

@@ -19,7 +19,7 @@ SUITE = Path(__file__).parent / "vllm_reuse" / "reuse_suite.py"
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM's CPU build"),
-    pytest.mark.engines,
+    pytest.mark.engines(9),  # each test: a run importing vLLM, four starts of two processes each
 ]
 
 

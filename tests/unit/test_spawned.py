@@ -48,24 +48,29 @@ def test_the_wheel_carries_the_pth(tmp_path):
         assert archive.read(PTH) == (ROOT / PTH).read_bytes()
 
 
-@pytest.fixture(scope="module")
-def editable(tmp_path_factory) -> Path:
-    """A venv with this project installed editable (its python), over the running venv's packages."""
-    home = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", str(home)], check=True)
-    python = home / "bin" / "python"
-    packages = subprocess.run(
-        [python, "-c", "import site; print(site.getsitepackages()[0])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    Path(packages, "_running_venv.pth").write_text(
-        f"import site; site.addsitedir({site.getsitepackages()[0]!r})\n"
-    )
-    _pip("install", "--no-deps", "--no-build-isolation", "-e", str(_source(home)), python=str(python))
-    assert Path(packages, PTH).is_file()
-    return python
+@pytest.fixture
+def editable(built_once) -> Path:
+    """A venv with this project installed editable (its python), over the running venv's packages; built
+    once per session, whichever xdist worker asks first (two tests here use it)."""
+
+    def make(home: Path) -> None:
+        subprocess.run(
+            [sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", str(home)], check=True
+        )
+        python = home / "bin" / "python"
+        packages = subprocess.run(
+            [python, "-c", "import site; print(site.getsitepackages()[0])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        Path(packages, "_running_venv.pth").write_text(
+            f"import site; site.addsitedir({site.getsitepackages()[0]!r})\n"
+        )
+        _pip("install", "--no-deps", "--no-build-isolation", "-e", str(_source(home)), python=str(python))
+        assert Path(packages, PTH).is_file()
+
+    return built_once("editable-venv", make) / "bin" / "python"
 
 
 def _modules(python: Path, variable: str | None) -> str:
@@ -87,7 +92,7 @@ def test_the_watched_modules_are_the_wrapped_ones():
     assert spawned.WATCHED == {target.package for target in patches.TARGETS.values()}
 
 
-@pytest.mark.engines
+@pytest.mark.engines(8)  # a child, two servers, this pytest: each imports vLLM; two engines start
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM's CPU build")
 @pytest.mark.timeout(2400)  # three vLLM imports and two engines: ~4 min alone, far more on a busy host
 def test_spawned_engines_are_counted_with_their_owners(editable, pytester, monkeypatch):

@@ -21,7 +21,7 @@ from harness import ledger
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.engines
+@pytest.mark.engines(3)  # a run importing vLLM, one start of two processes
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_generation_suite_starts_each_configuration_once(tmp_path):
     run = subprocess.run(

@@ -24,7 +24,7 @@ DATA = Path(__file__).parent / "vllm_live_engine"
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM's CPU build"),
-    pytest.mark.engines,
+    pytest.mark.engines(7),  # a run importing vLLM, three starts of two processes each
 ]
 
 
