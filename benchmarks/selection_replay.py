@@ -25,10 +25,11 @@ commit's change); ``--suite-args`` are its test paths (``tests/...``; default ``
 options after ``--`` (``-m``, ``-k``); a listed test path the commit does not have is left out of that
 commit's run (said in its row).
 
-A commit whose parent is not the previous replayed commit (commits between changed neither folder) is
-selected since the previous replayed commit instead, whose footprints the history holds: the change is
-then wider (the commits between count too), never narrower. Commits made before footprints existed
-cannot be replayed (their harness has no recorder): those rows say so and are not counted.
+A commit whose parent is not the previous replayed commit (the commits between changed neither folder)
+takes the previous replayed commit's footprints as its parent's (harness/ and tests/ are the same there);
+its selection is from its own diff, parent to commit (its own shadow run selected since the previous
+replayed commit: wider). Commits made before footprints existed cannot be replayed (their harness has no
+recorder): those rows say so and are not counted.
 """
 
 from __future__ import annotations
@@ -131,7 +132,9 @@ def today(repo: Path, work: Path, row: dict, select: dict | None = None) -> dict
     except (OSError, ValueError, KeyError, ReportError):
         return None
     decoded = footprints.decode(dict(history.report or {}).get("footprints"))
-    diff = git(repo, "diff", "--name-status", "-M", "-z", row["ref"], row["commit"], "--")
+    diff = git(
+        repo, "diff", "--name-status", "-M", "-z", row["parent"], row["commit"], "--"
+    )  # its own change
     project = tomllib.loads(git(repo, "show", f"{row['commit']}:pyproject.toml"))
     given = rules.load(
         select if select is not None else project.get("tool", {}).get("harness", {}).get("select")
@@ -171,14 +174,14 @@ def table(repo: Path, work: Path, found: list[dict], select: dict | None = None)
         greens += len(now["false_green"])
         then = row.get("selected", 0) + row.get("skipped", 0)
         own = f"{row['selected'] / then:.0%}, {len(row.get('false_green') or [])} fg" if then else "-"
-        note = (now["everything"] or "")[:60] + (f"; since {row['ref'][:12]}" if row.get("wider") else "")
+        note = (now["everything"] or "")[:70]
         out.append(
             f"{row['commit'][:12]} {now['selected']:>6}/{total:<6}  {part:>5.0%}"
             f"  {len(now['false_green']):>12}  {len(row.get('failed') or []):>6}  {own:>13}  {note}"
         )
         out += [f"    false green: {nodeid}" for nodeid in now["false_green"]]
     if shares:
-        q = statistics.quantiles(shares, n=4) if len(shares) > 1 else [shares[0]] * 3
+        q = statistics.quantiles(shares, n=4, method="inclusive") if len(shares) > 1 else [shares[0]] * 3
         out.append(
             f"{len(shares)} commits: median selected {statistics.median(shares):.0%} (quartiles {q[0]:.0%}, "
             f"{q[2]:.0%}; min {min(shares):.0%}, max {max(shares):.0%}); false greens {greens}"
@@ -210,7 +213,7 @@ def estimate(repo: Path, count: int, head: str, report: Path, select: dict | Non
             f"{commit[:12]} {len(made.selected):>6}/{len(tests):<6} {shares[-1]:>5.0%}"
             f"  {made.everything or ''}"
         )
-    q = statistics.quantiles(shares, n=4) if len(shares) > 1 else [shares[0]] * 3
+    q = statistics.quantiles(shares, n=4, method="inclusive") if len(shares) > 1 else [shares[0]] * 3
     out.append(
         f"{len(shares)} diffs, footprints of one run: median selected {statistics.median(shares):.0%} "
         f"(quartiles {q[0]:.0%}, {q[2]:.0%}; max {max(shares):.0%}); false greens not known (nothing ran)"
