@@ -167,14 +167,14 @@ def _case_key(case: ET.Element) -> tuple[str, str]:
 
 
 def _one_class(case: ET.Element, ledger: str | None) -> None:
-    """A failed or errored ``case`` with one ``failure_class`` property: pytest's first, else the ledger's
-    (``ledger``); a passed or skipped one keeps what pytest wrote (a quarantined failure's class)."""
+    """A ``case`` with at most one ``failure_class`` property: pytest's first, else the ledger's (``ledger``:
+    a failed or errored test's, or a quarantined failure's, its xfail, which pytest never saw where its
+    process died); a test the ledger gives no class keeps what pytest wrote."""
     properties = case.find("properties")
     given = [] if properties is None else [p for p in properties if p.get("name") == CLASS_PROPERTY]
     for extra in given[1:]:
         properties.remove(extra)  # type: ignore[union-attr]
-    failed = any(case.find(tag) is not None for tag in ("failure", "error"))
-    if given or not failed or ledger is None:
+    if given or ledger is None:
         return
     if properties is None:
         properties = ET.Element("properties")
