@@ -86,6 +86,7 @@ class Recorder:
         self.owner: str | None = None
         self.files: dict[str, set[str]] = {}
         self.test: str | None = None  # in a child process: the test that started it
+        self.complete = True  # False once an owner could not record (its files would be too few)
 
     def switch(self, owner: str | None) -> str | None:
         """Start recording for ``owner``; returns the previous owner."""
@@ -144,7 +145,8 @@ class Monitor(Recorder):
     def _start(self) -> None:
         monitoring = sys.monitoring  # type: ignore[attr-defined]
         self.tool = next((i for i in self.TOOL_IDS if monitoring.get_tool(i) is None), None)
-        if self.tool is None:  # both taken: this owner records nothing (selection then runs it)
+        if self.tool is None:  # both taken by other tools: this owner's files are unknown
+            self.complete = False
             return
         monitoring.use_tool_id(self.tool, "harness footprints")
         add, disable = self.seen.add, monitoring.DISABLE

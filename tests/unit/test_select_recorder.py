@@ -101,3 +101,13 @@ def test_monitor_holds_a_tool_id_only_while_recording_and_yields_to_others(modul
         monitoring.free_tool_id(3)
     assert recorder.take("two") == {"a.py"}
     assert recorder.take("three") == set()
+    assert not recorder.complete  # the plugin then writes no footprints: too few files would skip tests
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_recorder_that_recorded_every_owner_says_it_is_complete(kind, modules):
+    recorder = kind(modules[0])
+    recorder.switch("one")
+    modules[1].run()
+    recorder.switch(None)
+    assert recorder.complete
