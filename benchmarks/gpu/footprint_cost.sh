@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Backs docs/validation.md § Footprints on Python 3.12, test_forked after the NVML fix (the table in
-# docs/selection.md, what footprints cost): `harness run pooling --platform cuda` with footprints off and on (HARNESS_FOOTPRINTS=0 / 1), in ORDER (default "off,on"; the next pair "on,off"),
+# docs/selection.md, what footprints cost): `harness run pooling --platform cuda` with footprints off and
+# on (HARNESS_FOOTPRINTS=0 / 1), in ORDER (default "off,on"; the next pair "on,off"),
 # each run's wall seconds and CPU seconds (user + system of its process tree: harness run, its pytest
 # phases and the engine processes they waited for), one line per run into $OUT/footprint-cost.txt.
 # Needs `benchmarks/gpu/stage.sh install` done on the same machine. pytest-gpu-harness.pth goes into the
