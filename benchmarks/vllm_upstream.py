@@ -24,8 +24,9 @@ and whose models a local stand-in can serve: ``test_xlm_roberta_models`` (``reru
 ``Davlan/xlm-roberta-base-ner-hrl`` served by a seeded tiny random XLM-RoBERTa token classifier with the
 MiniLM tokenizer, built here). The plugin ``first_try_fails`` (written into the tree, given with ``-p``)
 fails each marked test's first try, so its reruns must run: plain pytest, then ``harness run`` with
-``HARNESS_RETRY=network`` and ``HARNESS_REUSE=1``. Prints each run's outcomes and reruns (report.json's
-``reruns``, junit.xml's ``flakyFailure``, summary.md's pass@1); exit 1 when a marked test's reruns are lost.
+``retry = ["network"]`` in the tree's table and ``HARNESS_REUSE=1`` (``--flaky harness``: that run
+alone). Prints each run's outcomes and reruns (report.json's ``reruns``, junit.xml's ``flakyFailure``,
+summary.md's pass@1); exit 1 when a marked test's reruns are lost.
 """
 
 from __future__ import annotations
@@ -196,7 +197,13 @@ def main() -> int:
     parser.add_argument("--kv-cache-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE; 0 unsets it")
     parser.add_argument("--version", default=VERSION, help="the vLLM sdist whose tests run (tests only)")
     parser.add_argument("--sdist", type=Path, help="that sdist, already here (no download)")
-    parser.add_argument("--flaky", action="store_true", help="the marked tests' reruns (see above)")
+    parser.add_argument(
+        "--flaky",
+        nargs="?",
+        const="all",
+        choices=("all", "harness"),
+        help="the marked tests' reruns (see above); 'harness': the harness run alone",
+    )
     parser.add_argument(
         "--ignore",
         action="append",
@@ -213,7 +220,7 @@ def main() -> int:
     if args.kv_cache_gib:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
     if args.flaky:
-        return flaky(tree, work, env)
+        return flaky(tree, work, env, {"all": slice(None), "harness": slice(1, None)}[args.flaky])
     plain_ledger = f"--harness-ledger-dir={tree / 'plain-ledger'}"
     selection = ["-k", args.keyword, *(f"--ignore={path}" for path in args.ignore)]
     run = [sys.executable, "-m", "harness", "run", "pooling", "--platform", "cpu"]
@@ -240,7 +247,7 @@ def main() -> int:
     return report(results)
 
 
-def flaky(tree: Path, work: Path, env: dict) -> int:
+def flaky(tree: Path, work: Path, env: dict, legs: slice = slice(None)) -> int:
     """The marked tests with a first try that fails: plain pytest, then ``harness run`` with retry and
     reuse on; each run's reruns of them."""
     hub_cache(work / "hf-home", stand_in(work / "stand-in"), (FLAKY_MODEL,))
@@ -253,8 +260,11 @@ def flaky(tree: Path, work: Path, env: dict) -> int:
     lost = 0
     for name, command, extra in (
         ("plain pytest", plain, {"HARNESS_REUSE": "0"}),
-        ("harness run, retry and reuse on", [*harness, "--", *selection], {"HARNESS_RETRY": "network"}),
-    ):
+        ("harness run, retry and reuse on", [*harness, "--", *selection], {}),
+    )[legs]:
+        if extra == {}:  # retry is a list, which no HARNESS_<KEY> variable can give: the tree's table does
+            with open(tree / "pyproject.toml", "a") as pyproject:
+                pyproject.write('\n[tool.harness]\nretry = ["network"]\n')
         print(f"\n=== {name}: {' '.join(command)}", flush=True)
         wall, code = timed(command, tree, {**env, "HARNESS_REUSE": "1", **extra})
         folder = tree / ("plain-ledger" if name == "plain pytest" else "out-flaky/ledger")
