@@ -37,7 +37,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     kept = "temporary, removed at exit" if config.stash[TEMPORARY] else config.stash[DIRECTORY]
     reuses = [r for r in merged.reuses if r["t"] >= since]
     reruns = [r for r in merged.reruns if r["t"] >= since]
-    avoided = _avoided(reuses, reruns) if reuses or reruns else ""
+    avoided = _avoided(reuses, reruns) if reuses or any(r.get("policy") == "reuse" for r in reruns) else ""
     write(
         f"{len(started)} runner starts ({_by_kind(started)}), {blocked} blocked, {failed} failed{avoided}; "
         f"ledger: {kept}"
@@ -70,7 +70,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 
 def _avoided(reuses: list[dict], reruns: list[dict]) -> str:
     """Starts avoided by reuse and their seconds, net of the retries: a retry's starts are spent, and what
-    it was handed avoided nothing a run without reuse (and so without the retry) starts."""
+    it was handed avoided nothing a run without reuse (and so without the retry) starts. Only the reuse
+    safety net's retries: one by failure class or pytest-rerunfailures runs without reuse too."""
+    reruns = [r for r in reruns if r.get("policy") == "reuse"]
     spent = sum(r["starts"] + r["reused"] for r in reruns)
     seconds = sum(r.get("saved_s") or 0 for r in reuses) - sum(r["started_s"] + r["reused_s"] for r in reruns)
     net = f", net of {len(reruns)} retries" if reruns else ""

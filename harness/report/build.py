@@ -269,9 +269,10 @@ def starts(records: Iterable[Record], reuses: Iterable[dict] = (), reruns: Itera
     """Runner starts counted and timed by kind, by phase and by file: what the reuse work is judged by.
 
     ``reused`` counts starts the reuse pool avoided (a warm engine handed on) and ``saved_s`` the seconds
-    those engines' own starts took, both net of the retries (``reruns``): a retry's starts are spent, and
-    what it was handed avoided no start a run without reuse makes (it has no retry). ``retries`` and
-    ``retry_starts`` count them (not by kind: a retry is a test's).
+    those engines' own starts took, both net of the reuse safety net's retries (``reruns`` of policy
+    ``reuse``): such a retry's starts are spent, and what it was handed avoided no start a run without
+    reuse makes (it has no such retry); a retry by failure class or pytest-rerunfailures runs without reuse
+    too. ``retries`` and ``retry_starts`` count every retry (not by kind: a retry is a test's).
     """
     records, reuses, reruns = list(records), list(reuses), list(reruns)
 
@@ -295,8 +296,9 @@ def starts(records: Iterable[Record], reuses: Iterable[dict] = (), reruns: Itera
 
 
 def _tally(group: list[Record], reused: list[dict], reruns: list[dict] = ()) -> Tally:  # type: ignore[assignment]
-    spent = sum(r.get("starts", 0) + r.get("reused", 0) for r in reruns)
-    spent_s = sum(r.get("started_s", 0.0) + r.get("reused_s", 0.0) for r in reruns)
+    replays = [r for r in reruns if r.get("policy") == "reuse"]  # the safety net's: for reuse's sake
+    spent = sum(r.get("starts", 0) + r.get("reused", 0) for r in replays)
+    spent_s = sum(r.get("started_s", 0.0) + r.get("reused_s", 0.0) for r in replays)
     tally: Tally = {
         "starts": len(started(group)),
         "failed": len(group) - len(started(group)),

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from harness.pytest_plugin.terminal import _avoided
 from harness.report import junit
 from harness.report.build import starts
 from tests.unit.test_patches import OWN_RUNNER, REUSABLE
@@ -221,3 +222,18 @@ def test_starts_avoided_and_seconds_saved_are_net_of_the_retries():
     assert tally["by_phase"]["p"]["reused"] == 1 and tally["by_file"]["f"]["saved_s"] == 30.0
     assert tally["by_kind"]["vllm"]["reused"] == 3  # a retry is a test's, not a kind's
     assert "retries" not in starts(records, reuses)["total"]
+
+
+def test_retries_that_run_without_reuse_too_are_not_taken_from_what_reuse_avoided():
+    """A pytest-rerunfailures rerun or a retry by failure class runs with reuse off as well: its starts are
+    not reuse's cost. Old code took every retry's starts off: plain pytest whose flaky-marked vLLM test
+    reran said "-2 avoided by reuse (-44.0 s saved, net of 1 retries)" (vLLM 0.32's own
+    test_xlm_roberta_models, benchmarks/vllm_upstream.py --flaky)."""
+    records = [{"kind": "vllm", "phase": "p", "file": "f", "outcome": "started", "startup_s": 22.0}] * 2
+    for policy in ("pytest-rerunfailures", "failure class"):
+        reruns = [
+            _rerun(2, "passed", "passed", 1, phase="p", file="f", policy=policy, starts=2, started_s=44.0)
+        ]
+        tally = starts(records, [], reruns)["total"]
+        assert (tally["reused"], tally["saved_s"], tally["retries"]) == (0, 0.0, 1)
+        assert _avoided([], reruns) == ", 0 avoided by reuse (0.0 s saved)"  # the terminal's line
