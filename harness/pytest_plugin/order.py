@@ -12,9 +12,11 @@ before a test runs stands in: its own ``parametrize`` values (the arguments a na
 ``vllm_runner(...)``), so within the same bounds tests of the same values run one after another.
 Otherwise the order is pytest's own.
 
-Failures first: a test the history marks ``failed`` runs before the rest with its whole file (its
-module's engine group: a module-scoped engine and every class of the module, never split), within it its
-run of siblings and its configuration group first, so a fixture of a wider scope still sets up once; the
+Failures first: a test the history marks ``failed`` runs before the rest with its whole engine group
+(``harness.split.Groups.block``: its package's where a package-scoped fixture started a runner there,
+handed over as ``HARNESS_ENGINE_GROUPS``, else its file: a module-scoped engine and every class of the
+module), never split, within it its file, its run of siblings and its configuration group first, so a
+fixture of a wider scope still sets up once; the
 first failing signal comes in seconds instead of at the end (PyTorch's ordering by previous failures:
 pytorch #101123). Every shard's session orders its own tests so. In a file it does not move, each class's
 and module's first test stays first, so learned timeouts (``harness.report.previous.History.timeouts``)
@@ -31,6 +33,8 @@ from typing import TypeVar
 
 import pytest
 
+from harness import split
+from harness.config.variables import ENGINE_GROUPS
 from harness.errors import HarnessError
 from harness.pytest_plugin import CONFIGURATIONS
 from harness.report.marks import decode
@@ -49,20 +53,38 @@ def load(path: str) -> dict[str, str]:
         raise pytest.UsageError(f"{CONFIGURATIONS}={path}: {error}") from None
 
 
-def by_configuration(items: list[pytest.Item], configuration: dict[str, str]) -> list[pytest.Item]:
-    """``items`` with each run of siblings gathered by configuration (first appearance first), the runs
-    and groups holding a test that failed in the history first (``arranged``)."""
+def groups() -> split.Groups:
+    """The history's engine groups ``harness run`` handed over (``HARNESS_ENGINE_GROUPS``, through the one
+    loader), else none beyond files; a bad file is a one-line usage error."""
+    path = os.environ.get(ENGINE_GROUPS)
+    if not path:
+        return split.Groups()
+    from harness.report.store import engine_groups  # noqa: PLC0415 -- its schema loads only here
+
+    try:
+        return split.Groups.of_packages(engine_groups(path)["packages"])
+    except HarnessError as error:
+        raise pytest.UsageError(f"{ENGINE_GROUPS}={path}: {error}") from None
+
+
+def by_configuration(
+    items: list[pytest.Item], configuration: dict[str, str], engines: split.Groups | None = None
+) -> list[pytest.Item]:
+    """``items`` with each run of siblings gathered by configuration (first appearance first), the engine
+    groups (``engines``' blocks), files, runs and groups holding a test that failed in the history first
+    (``arranged``)."""
+    engines = engines or split.Groups()
     return arranged(
         items,
         _context,
         lambda item: _configuration(configuration.get(item.nodeid)),
         lambda item: failed(configuration.get(item.nodeid)),
-        _file,
+        [lambda item: engines.block(item.nodeid), _file],
     )
 
 
 def _file(item: pytest.Item) -> str:
-    """A test's engine group, which failures first moves whole: its file (a module-scoped fixture's)."""
+    """A test's file: a module-scoped fixture's scope, inside its engine group."""
     return item.nodeid.split("::", 1)[0]
 
 
@@ -82,14 +104,14 @@ def arranged(
     context: Callable[[T], Hashable],
     key: Callable[[T], Hashable | None],
     first: Callable[[T], bool],
-    block: Callable[[T], Hashable] | None = None,
+    blocks: Sequence[Callable[[T], Hashable]] = (),
 ) -> list[T]:
     """``items`` as runs of siblings (consecutive items of one ``context``), each gathered by ``key``
-    (first appearance first; None: a group of its own), the runs as blocks (consecutive runs of one
-    ``block``: an engine group, a file; without ``block`` each run is one); the blocks holding a ``first``
-    item before the rest, within a block the runs holding one first, within a run the groups holding one
-    first; otherwise the order given. Every item exactly once, every group, run of siblings and block
-    whole (checked: a bug here is exit 4)."""
+    (first appearance first; None: a group of its own), the runs as nested blocks (``blocks``, widest
+    first: consecutive runs of one engine group, within it of one file; none: each run its own); at each
+    level the blocks holding a ``first`` item before the rest, within the last the runs holding one first,
+    within a run the groups holding one first; otherwise the order given. Every item exactly once, every
+    group, run of siblings and block whole (checked: a bug here is exit 4)."""
     runs: list[list[T]] = []
     for _, siblings in groupby(items, key=context):
         groups: dict[object, list[T]] = {}
@@ -97,18 +119,25 @@ def arranged(
             found = key(item)
             groups.setdefault(("alone", index) if found is None else ("key", found), []).append(item)
         runs.append([item for group in _first(groups.values(), first) for item in group])
-    blocks: list[list[list[T]]] = []
-    for _, together in groupby(runs, key=lambda run: object() if block is None else block(run[0])):
-        blocks.append(list(together))
-    ordered = [
-        item
-        for part in _first(blocks, lambda run: any(map(first, run)))
-        for run in _first(part, first)
-        for item in run
-    ]
+    ordered = [item for run in _nested(runs, blocks, first) for item in run]
     if sorted(map(id, ordered)) != sorted(map(id, items)):
         raise RuntimeError("the order lost or doubled a test")  # a bug of ours: exit 4
     return ordered
+
+
+def _nested(
+    runs: list[list[T]], blocks: Sequence[Callable[[T], Hashable]], first: Callable[[T], bool]
+) -> list[list[T]]:
+    """``runs`` cut into consecutive blocks of ``blocks[0]``, those holding a ``first`` item first, each
+    block's runs ordered so by the next level; past the last level, the runs holding one first."""
+    if not blocks:
+        return _first(runs, first)
+    parts = [list(together) for _, together in groupby(runs, key=lambda run: blocks[0](run[0]))]
+    return [
+        run
+        for part in _first(parts, lambda run: any(map(first, run)))
+        for run in _nested(part, blocks[1:], first)
+    ]
 
 
 def _first(parts: Iterable[list[T]], first: Callable[[T], bool]) -> list[list[T]]:
@@ -170,19 +199,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not path:
         items[:] = by_parameters(items)
         return
-    history = load(path)
-    items[:] = by_configuration(items, history)
+    history, engines = load(path), groups()
+    items[:] = by_configuration(items, history, engines)
     again = sum(failed(history.get(item.nodeid)) for item in items)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if again and reporter is not None:
-        ahead = sum(len(run) for run in _runs(items, history))
+        ahead = sum(len(run) for run in _runs(items, history, engines))
         reporter.write_line(
             f"harness: failures first: {again} tests that failed last time, {ahead} with their siblings"
         )
 
 
-def _runs(items: list[pytest.Item], history: dict[str, str]) -> list[list[pytest.Item]]:
-    """The engine groups (files) holding a test that failed in the history (after ``by_configuration``,
-    the first ones)."""
-    runs = [list(run) for _, run in groupby(items, key=_file)]
+def _runs(
+    items: list[pytest.Item], history: dict[str, str], engines: split.Groups
+) -> list[list[pytest.Item]]:
+    """The engine groups (``engines``' blocks) holding a test that failed in the history (after
+    ``by_configuration``, the first ones)."""
+    runs = [list(run) for _, run in groupby(items, key=lambda item: engines.block(item.nodeid))]
     return [run for run in runs if any(failed(history.get(item.nodeid)) for item in run)]

@@ -8,8 +8,8 @@ them and writes vLLM's ``quarantined_tests.json``: a file the run reads back as 
 
 Every try of every build counts once: a retried test's failed tries and its retries (a test passing only on
 a retry is flaky), a quarantined test's failures (pytest's xfail, recorded as ``skipped`` with a failure
-class); a build given twice, under any path, counts once (``identity``). The window ends at the newest
-report given (so an archive of last month's builds is judged as of then).
+class); a build given twice, under any path, merged or as its shards or both, counts once (``builds``).
+The window ends at the newest report given (so an archive of last month's builds is judged as of then).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from harness.errors import ReportError
 from harness.platform import VLLM_BACKENDS
 from harness.report import out, store
 from harness.report.schema import Report, Rerun
+from harness.report.union import merged_from
 
 MIN_RUNS = 5
 LOW, HIGH = 0.1, 0.9  # failure rates strictly between these are flaky
@@ -91,13 +92,41 @@ def _stamp(report: Report) -> float:
     return report.get("started") or report.get("generated") or 0.0
 
 
-def identity(report: Report) -> tuple:
-    """What makes two reports one build's: its suite, platform, shard and start (the report's own time
-    when it has none), whatever path or copy it was given as; ``harness report`` run again on one run
-    directory makes the same build."""
+def identity(report: Report, name: str = "report") -> frozenset[tuple]:
+    """The builds' parts a report holds: per report it was made of (``union.merged_from``: a merged
+    report's shards, else itself) its suite, platform, commit, shard and start (its own time when it has
+    none), whatever path or copy it was given as; ``harness report`` run again on one run directory makes
+    the same part."""
     commit = (report.get("versions") or {}).get("git_commit")
-    start = report.get("started") or report.get("generated")
-    return (report.get("suite"), report["platform"]["name"], report.get("shard"), commit, start)
+    return frozenset(
+        (
+            report.get("suite"),
+            report["platform"]["name"],
+            commit,
+            part["shard"],
+            part["started"] or part["generated"],
+        )
+        for part in merged_from(report, name)
+    )
+
+
+def builds(given: list[Report], names: list[str]) -> list[Report]:
+    """The reports whose tries count, each build's once: a report given twice (any path, any copy) once,
+    a shard given beside the merged report it is part of once (the merged report's). Reports that share
+    some of their parts but not all cannot be told apart: one ``ReportError`` line."""
+    parts = [identity(report, name) for report, name in zip(given, names, strict=True)]
+    kept: list[int] = []
+    for index in sorted(range(len(given)), key=lambda i: -len(parts[i])):  # merged reports first
+        if parts[index] <= frozenset().union(*(parts[i] for i in kept)):
+            continue  # every part already counted
+        shared = next((i for i in kept if parts[i] & parts[index]), None)
+        if shared is not None:
+            raise ReportError(
+                f"{names[index]} and {names[shared]} hold some of the same shard reports, not all: "
+                "give each build once, merged or as its shards"
+            )
+        kept.append(index)
+    return [given[i] for i in sorted(kept)]
 
 
 def flaky(history: Iterable[Run], now: datetime.datetime) -> list[dict]:
@@ -145,7 +174,7 @@ def main(args) -> int:
     given = [store.load(path) for path in args.reports]
     if not given:
         raise ReportError("harness flaky: no reports given")
-    reports = list({identity(report): report for report in given}.values())  # a build given twice: once
+    reports = builds(given, [str(path) for path in args.reports])
     history = [run for report in reports for run in runs(report)]
     now = datetime.datetime.fromtimestamp(max(map(_stamp, reports)), datetime.UTC)
     current = store.quarantine_list(args.quarantine) if args.quarantine else []
@@ -157,7 +186,7 @@ def main(args) -> int:
     document = {"generated_at": now.isoformat(), "entries": sorted(entries, key=_order)}
     text = json.dumps(document, indent=2) + "\n"
     if args.out:
-        out.write(args.out, text)
+        out.write(args.out, text, inputs=args.reports)  # never over a report it reads
     else:
         sys.stdout.write(text)
     came_back = len(current) - len(kept)

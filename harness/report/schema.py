@@ -38,6 +38,8 @@ __all__ = [
     "GpuFree",
     "GpuFreeList",
     "GpuFreeTests",
+    "EngineGroups",
+    "MergedFrom",
     "Finding",
     "Phase",
     "HistoryRecord",
@@ -108,6 +110,13 @@ class GpuFreeList(TypedDict):
     tests: list[str]
 
 
+class EngineGroups(TypedDict):
+    """``engine-groups.json`` (``HARNESS_ENGINE_GROUPS``): the history's package folders whose
+    package-scoped fixture started a runner (``harness.split.Groups.packages``); ``""`` is the rootdir."""
+
+    packages: list[str]
+
+
 class SkippedList(TypedDict):
     """``selection-skipped.json`` (``HARNESS_SELECTED``): the tests ``harness run --changed-since`` leaves
     out (``harness.run.selecting``), which a phase's session skips, or in shadow marks
@@ -116,6 +125,24 @@ class SkippedList(TypedDict):
     mode: Literal["on", "shadow"]
     ref: str
     skipped: list[str]
+
+
+class FootprintSession(TypedDict, total=False):
+    """``footprints/<worker>-<pid>.json``, a session's footprints (``harness.pytest_plugin.footprint``):
+    ``[node id, [file...]]`` pairs, ``[node id, [marker...]]`` pairs and ``[token, node id]`` pairs (the
+    pairs' shape is ``harness.select.table``'s to check)."""
+
+    tests: Required[list[list[str | list[str]]]]
+    markers: list[list[str | list[str]]]
+    children: list[list[str]]
+
+
+class FootprintChild(TypedDict):
+    """``footprints/child-<pid>.json``, a process a test started (``harness.select.profiler``): its test's
+    token and the files of the modules it imported."""
+
+    test: str
+    files: list[str]
 
 
 class PhaseSelection(TypedDict):
@@ -276,6 +303,15 @@ class GpuFreeTests(TypedDict):
     gpu_minutes: Total
 
 
+class MergedFrom(TypedDict):
+    """One report a merged one was made of (``harness merge``): its shard (``Shard``'s ``"i/N"``; None
+    unsharded), its start and when it was written: with the suite, platform and commit, its build's."""
+
+    shard: str | None
+    started: Epoch | None
+    generated: Epoch | None
+
+
 class Report(TypedDict):
     """report.json."""
 
@@ -299,6 +335,7 @@ class Report(TypedDict):
     reruns: NotRequired[list[Rerun]]  # its rerun events: tries of a test run again, and why
     splits: NotRequired[list[dict[str, Any]]]  # its shard events, each with the seconds its tests took
     accounting: NotRequired[dict[str, Any]]  # harness merge's proof of its shards' tests (report.union)
+    merged_from: NotRequired[list[MergedFrom]]  # harness merge's: the reports it was made of
     history: NotRequired[HistoryRecord | None]  # phases.json's: the run's history, or why it had none
     selection: NotRequired[dict[str, Any] | None]  # --changed-since: selected, skipped, false greens
     footprints: NotRequired[dict[str, Any]]  # each test's files whose code ran (harness.select.table)

@@ -17,8 +17,10 @@ import json
 import math
 import os
 import stat
+import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,12 +34,16 @@ from harness.report.schema import (
     VERSION,
     Configurations,
     Durations,
+    EngineGroups,
+    FootprintChild,
+    FootprintSession,
     GpuFreeList,
     PhasesFile,
     Report,
     SelectionFile,
     SkippedList,
 )
+from harness.select.table import FOLDER
 
 MAX_BYTES = 256 * 2**20  # a report or phases file larger than this is not one the harness wrote
 MAX_DEPTH = 32  # JSON nesting: a report's deepest field (a runner's config) is far shallower
@@ -134,12 +140,44 @@ def selection_file(path: str | Path) -> SelectionFile:
     return cast(SelectionFile, checked(path, found, SelectionFile, "selection file"))
 
 
+def engine_groups(path: str | Path) -> EngineGroups:
+    """``engine-groups.json``, the history's package groups ``harness run`` hands a phase's order."""
+    path = Path(path)
+    return cast(
+        EngineGroups, checked(path, json_object(path, "engine groups"), EngineGroups, "engine groups")
+    )
+
+
 def skipped_list(path: str | Path) -> SkippedList:
     """``selection-skipped.json``, the tests a run's selection leaves out, as ``harness run`` wrote it."""
     path = Path(path)
     return cast(
         SkippedList, checked(path, json_object(path, "selection list"), SkippedList, "selection list")
     )
+
+
+def footprint_files(
+    directories: Iterable[Path], since: float | None = None
+) -> list[tuple[str, FootprintSession | FootprintChild]]:
+    """The footprint files of a run's sessions (``<ledger dir>/footprints/*.json``), each read and checked
+    as every file is: (file name, content), ``child-*`` ones of the child's shape. Files older than
+    ``since`` (the run's start) are an earlier run's in a reused directory. A file that cannot be read or
+    is malformed is left out, said in one line on stderr: it loses that process's footprint only (its
+    session's tests are then unknown to the next selection, so they run)."""
+    found: list[tuple[str, FootprintSession | FootprintChild]] = []
+    for directory in directories:
+        folder = Path(directory) / FOLDER
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                if since is not None and path.stat().st_mtime < since:
+                    continue
+                kind = FootprintChild if path.name.startswith("child-") else FootprintSession
+                found.append(
+                    (path.name, checked(path, json_object(path, "footprint"), kind, "footprint file"))
+                )
+            except (OSError, ReportError) as error:
+                print(f"harness: footprint left out: {error}", file=sys.stderr)
+    return found
 
 
 def quarantine_list(path: str | Path) -> list[quarantine.Entry]:

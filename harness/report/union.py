@@ -8,7 +8,9 @@ it was assigned); ``account`` checks that the shards agree on all of it, that th
 selection exactly, and names the tests that ran in no shard or in two (a failed proof: ``harness merge``
 exits 1). A phase's wall is its slowest shard's (they ran side by side); tests, runner records, findings,
 reuse events and retries (``reruns``: each shard's, so pass@1 and a test passing only on a retry in any
-shard survive) are the shards' together; starts, files and advice are counted again from them.
+shard survive) are the shards' together; starts, files and advice are counted again from them;
+``merged_from`` names each report it was made of (a merged one's own parts), so a build is one build
+whether given merged, as its shards, or both.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from harness.report import advisor, gpu_free
 from harness.report.build import files, starts
 from harness.report.compare import load_checked
 from harness.report.outcomes import worst
-from harness.report.schema import Report
+from harness.report.schema import MergedFrom, Report
 from harness.select.record import joined
 from harness.split import Shard, digest
 
@@ -35,8 +37,8 @@ def merge(reports: list[Report], names: list[str]) -> Report:
     _same(reports, names)
     accounting = account(reports, names)
     first = reports[0]
-    shards = [shard_of(report, name) for report, name in zip(reports, names, strict=True)]
-    merged: dict = {**first, "shard": None, "shards": [None if s is None else str(s) for s in shards]}
+    parts = [part for report, name in zip(reports, names, strict=True) for part in merged_from(report, name)]
+    merged: dict = {**first, "shard": None, "merged_from": parts}
     for field in LISTS:
         merged[field] = [item for report in reports for item in report.get(field, [])]  # type: ignore[attr-defined]
     merged["samples"] = sorted((s for r in reports for s in r.get("samples", [])), key=lambda s: s["t"])
@@ -112,6 +114,21 @@ def shard_of(report: Report, source: str = "report") -> Shard | None:
         return Shard.parse(report["shard"], f"{source}: shard")
     found = [s for s in report.get("splits", []) if isinstance(s, dict) and "selection" in s]
     return Shard.of_record(found[0], f"{source}: shard") if len(found) == 1 else None
+
+
+def merged_from(report: Report, name: str = "report") -> list[MergedFrom]:
+    """The reports ``report`` is made of, each its build's part (``harness flaky`` counts a build once by
+    them): a merged report's own list, else the report itself."""
+    if "merged_from" in report:
+        return report["merged_from"]
+    shard = shard_of(report, name)
+    return [
+        {
+            "shard": None if shard is None else str(shard),
+            "started": report.get("started"),
+            "generated": report.get("generated"),
+        }
+    ]
 
 
 def recorded_split(report: Report, name: str) -> dict | None:

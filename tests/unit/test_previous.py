@@ -150,7 +150,7 @@ def failures_first(nodeids: list[str], values: dict[str, str]) -> list[str]:
         scope,
         lambda n: decode(values.get(n)).configuration,
         lambda n: decode(values.get(n)).failed,
-        lambda n: n.split("::")[0],
+        [lambda n: n.split("::")[0]],
     )
 
 
