@@ -13,7 +13,7 @@ from harness.ledger.reader import Ledger, started
 from harness.ledger.reader import read as read_ledger
 from harness.ledger.records import seconds
 from harness.platform import detect
-from harness.report import advisor, gpu_free
+from harness.report import advisor, gpu_free, store
 from harness.report.environment import environment, versions
 from harness.report.schema import (
     VERSION,
@@ -74,7 +74,8 @@ def build(run_dir: Path, env: Mapping[str, str]) -> Report:
     }
     if meta.get("history") is not None:  # harness run --history: its source and failures, or why none
         report["history"] = meta.get("history")
-    if (footprints := table.collect(sorted((run_dir / "ledger").glob("*")), meta.get("started"))) is not None:
+    sessions = store.footprint_files(sorted((run_dir / "ledger").glob("*")), meta.get("started"))
+    if (footprints := table.collect(sessions)) is not None:
         report["footprints"] = footprints
     if meta.get("selection"):  # harness run --changed-since: with the false greens (shadow)
         report["selection"] = selected.finished(meta["selection"], ledger.tests)  # type: ignore[arg-type]

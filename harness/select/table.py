@@ -4,18 +4,17 @@
 A session writes ``footprints/<worker>-<pid>.json`` (``{"tests": [[nodeid, [file...]]...], "markers":
 [[nodeid, [name...]]...], "children": [[token, nodeid]...]}``, redacted) and its child processes
 ``footprints/child-<pid>.json`` (``{"test": token, "files"}``) into its ledger directory;
-``collect`` reads them back into the report's shape. A file that cannot be read loses that process's
+``collect`` joins them, as the one loader read them (``harness.report.store.footprint_files``: this
+layer is below the report's), into the report's shape. A file that cannot be read loses that process's
 footprint only: its tests then count as unknown to the next selection (selected), never as empty.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-FOLDER = "footprints"
+FOLDER = "footprints"  # in each session's ledger directory
 
 
 def encode(tests: Mapping[str, Iterable[str]], markers: Mapping[str, Iterable[str]]) -> dict:
@@ -54,46 +53,31 @@ def decode(section: object) -> tuple[dict[str, frozenset[str]], dict[str, frozen
     return found, marks
 
 
-def collect(directories: Iterable[Path], since: float | None = None) -> dict | None:
-    """The run's footprints from its sessions' folders (None where no session recorded any); files older
-    than ``since`` (the run's start) are an earlier run's in the same directory, which clearing it leaves.
+def collect(files: Iterable[tuple[str, Mapping[str, Any]]]) -> dict | None:
+    """The run's footprints from its sessions' files as the one loader read them
+    (``harness.report.store.footprint_files``: file name, content), None where no session recorded any.
     A child's file names its test by the session's token for it (no node id: a parameter may be a
     credential, and only the session redacts)."""
     tests: dict[str, set[str]] = {}
     markers: dict[str, set[str]] = {}
     tokens: dict[str, str] = {}
-    children: list[dict] = []
+    children: list[Mapping[str, Any]] = []
     seen = False
-    for directory in directories:
-        folder = Path(directory) / FOLDER
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            data = _read(path, since)
-            if data is None:
-                continue
-            seen = True
-            if path.name.startswith("child-"):
-                children.append(data)
-                continue
-            for test, files in _pairs(data.get("tests")):
-                tests.setdefault(test, set()).update(f for f in _strings(files))
-            for test, names in _pairs(data.get("markers")):
-                markers.setdefault(test, set()).update(_strings(names))
-            tokens.update((t, n) for t, n in _pairs(data.get("children")) if isinstance(n, str))
+    for name, data in files:
+        seen = True
+        if name.startswith("child-"):
+            children.append(data)
+            continue
+        for test, found in _pairs(data.get("tests")):
+            tests.setdefault(test, set()).update(_strings(found))
+        for test, names in _pairs(data.get("markers")):
+            markers.setdefault(test, set()).update(_strings(names))
+        tokens.update((t, n) for t, n in _pairs(data.get("children")) if isinstance(n, str))
     for data in children:
         owner = tokens.get(str(data.get("test")))
         if owner is not None:
             tests.setdefault(owner, set()).update(_strings(data.get("files")))
     return encode(tests, markers) if seen else None
-
-
-def _read(path: Path, since: float | None) -> dict | None:
-    try:
-        if since is not None and path.stat().st_mtime < since:
-            return None
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _pairs(value: object) -> list[tuple[str, Any]]:

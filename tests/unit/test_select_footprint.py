@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.report import store
 from harness.select import profiler, table
 from tests.unit.test_shards import harness_run
 
@@ -181,10 +182,10 @@ def test_an_unreadable_session_file_loses_only_its_own_footprints(tmp_path):
     (folder / "gw1-2.json").write_text("{not json")
     (folder / "child-3.json").write_text('{"test": "gw0-1-0", "files": ["y.py"]}')
     (folder / "child-4.json").write_text('{"test": "no-such-token", "files": ["z.py"]}')
-    found = table.decode(table.collect([tmp_path / "phase"]))
+    found = table.decode(table.collect(store.footprint_files([tmp_path / "phase"])))
     assert not isinstance(found, str)
     assert found[0] == {"t::a": frozenset({"x.py", "y.py"})}
-    assert table.collect([tmp_path / "nothing"]) is None
+    assert table.collect(store.footprint_files([tmp_path / "nothing"])) is None
 
 
 def test_an_earlier_run_s_footprints_in_the_same_directory_are_not_this_run_s(tmp_path):
@@ -195,7 +196,7 @@ def test_an_earlier_run_s_footprints_in_the_same_directory_are_not_this_run_s(tm
     (folder / "main-1.json").write_text('{"tests": [["t::old", ["x.py"]]]}')
     (folder / "main-2.json").write_text('{"tests": [["t::new", ["y.py"]]]}')
     os.utime(folder / "main-1.json", (1000.0, 1000.0))
-    found = table.decode(table.collect([tmp_path / "phase"], since=2000.0))
+    found = table.decode(table.collect(store.footprint_files([tmp_path / "phase"], since=2000.0)))
     assert not isinstance(found, str) and set(found[0]) == {"t::new"}
 
 
