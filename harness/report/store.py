@@ -158,13 +158,13 @@ def skipped_list(path: str | Path) -> SkippedList:
 
 def footprint_files(
     directories: Iterable[Path], since: float | None = None
-) -> list[tuple[str, FootprintSession | FootprintChild]]:
+) -> list[tuple[str, FootprintSession | FootprintChild | None]]:
     """The footprint files of a run's sessions (``<ledger dir>/footprints/*.json``), each read and checked
     as every file is: (file name, content), ``child-*`` ones of the child's shape. Files older than
     ``since`` (the run's start) are an earlier run's in a reused directory. A file that cannot be read or
-    is malformed is left out, said in one line on stderr: it loses that process's footprint only (its
-    session's tests are then unknown to the next selection, so they run)."""
-    found: list[tuple[str, FootprintSession | FootprintChild]] = []
+    is malformed is said in one line on stderr and given as (name, None): what it would have added is
+    unknown, and the join decides what that costs."""
+    found: list[tuple[str, FootprintSession | FootprintChild | None]] = []
     for directory in directories:
         folder = Path(directory) / FOLDER
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -177,6 +177,7 @@ def footprint_files(
                 )
             except (OSError, ReportError) as error:
                 print(f"harness: footprint left out: {error}", file=sys.stderr)
+                found.append((path.name, None))
     return found
 
 

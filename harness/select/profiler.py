@@ -221,11 +221,12 @@ def _write(directory: str) -> None:
     if recorder is None:
         return
     files = sorted(imported(recorder.paths))
+    # whole or absent, never cut short: a part-written file would read as a narrower footprint
+    part = Path(directory, f"child-{os.getpid()}.part")
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
-        Path(directory, f"child-{os.getpid()}.json").write_text(
-            json.dumps({"test": recorder.test, "files": files})
-        )
+        part.write_text(json.dumps({"test": recorder.test, "files": files}))
+        os.replace(part, part.with_suffix(".json"))
     except OSError:  # the run directory is gone (the session ended first): nothing to add to
         pass
 

@@ -5,12 +5,15 @@ A session writes ``footprints/<worker>-<pid>.json`` (``{"tests": [[nodeid, [file
 [[nodeid, [name...]]...], "children": [[token, nodeid]...]}``, redacted) and its child processes
 ``footprints/child-<pid>.json`` (``{"test": token, "files"}``) into its ledger directory;
 ``collect`` joins them, as the one loader read them (``harness.report.store.footprint_files``: this
-layer is below the report's), into the report's shape. A file that cannot be read loses that process's
-footprint only: its tests then count as unknown to the next selection (selected), never as empty.
+layer is below the report's), into the report's shape. A session's file that cannot be read loses that
+session's footprints: its tests count as unknown to the next selection (selected), never as empty. A
+child's that cannot be read names no test, so any test may have lost files: the run keeps no footprints
+(the next selection runs everything) rather than footprints that may be too narrow.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -53,7 +56,7 @@ def decode(section: object) -> tuple[dict[str, frozenset[str]], dict[str, frozen
     return found, marks
 
 
-def collect(files: Iterable[tuple[str, Mapping[str, Any]]]) -> dict | None:
+def collect(files: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict | None:
     """The run's footprints from its sessions' files as the one loader read them
     (``harness.report.store.footprint_files``: file name, content), None where no session recorded any.
     A child's file names its test by the session's token for it (no node id: a parameter may be a
@@ -65,6 +68,14 @@ def collect(files: Iterable[tuple[str, Mapping[str, Any]]]) -> dict | None:
     seen = False
     for name, data in files:
         seen = True
+        if data is None and name.startswith("child-"):
+            print(
+                f"harness: no footprints kept: {name} was unreadable, any test may lack its files",
+                file=sys.stderr,
+            )
+            return None
+        if data is None:
+            continue
         if name.startswith("child-"):
             children.append(data)
             continue
