@@ -10,6 +10,7 @@ key (known: ...)``.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import types
 import typing
@@ -110,10 +111,13 @@ def check(label: str, value: Any, kind: Any) -> Any:
 
 def from_text(label: str, text: str, kind: Any) -> Any:
     """An environment variable's text as ``kind``: ``1/true/yes/on``, ``0/false/no/off`` for booleans,
-    ``none``/``null``/empty for null where the key may be null."""
+    ``none``/``null``/empty for null where the key may be null; a list or table as JSON, a list of
+    strings also comma-separated (``HARNESS_RETRY=network,timeout``)."""
     word = text.strip().lower()
     if _accepts(kind, type(None)) and word in _NULL:
         return None
+    if _container(kind):
+        return check(label, _structure(label, text, kind), kind)
     readings: list[Any] = []
     for base in sorted(_bases(kind), key=lambda base: base is str):  # the text as a string last
         if base is bool and word in _TRUE + _FALSE:
@@ -123,6 +127,23 @@ def from_text(label: str, text: str, kind: Any) -> Any:
                 readings.append(base(text))
     fitting = [value for value in readings if _convert(value, kind) is not _WRONG]
     return check(label, (fitting or readings or [text])[0], kind)
+
+
+def _container(kind: Any) -> bool:
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    return _container(args[0]) if origin is Annotated else origin in (list, tuple, dict)
+
+
+def _structure(label: str, text: str, kind: Any) -> Any:
+    """A container's text: JSON where it opens as JSON does, else the comma-separated items of a list."""
+    if text.strip()[:1] in ("[", "{"):
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError) as error:
+            expected(label, f"{describe(kind)} (JSON: {error})", text)
+    if typing.get_origin(kind) is dict:
+        expected(label, f"{describe(kind)} (as JSON)", text)
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def describe(kind: Any) -> str:

@@ -1,15 +1,19 @@
 """load_settings: defaults per platform, tables, env overrides, validation naming the key."""
 
 import dataclasses
+import json
 import textwrap
 from typing import Annotated, Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.config.pyproject import find_pyproject
 from harness.config.settings import Settings, load_settings
 from harness.config.validate import Bounds, Count, Text, fields_of, from_text, hints
 from harness.errors import ConfigError
+from harness.failures import CLASSES
 
 
 @pytest.fixture(autouse=True)
@@ -245,3 +249,24 @@ def test_the_validator_converts_to_the_field_type():
     assert isinstance(fields_of("[t]", {"ratio": 1}, hints(_Table))["ratio"], float)
     assert from_text("HARNESS_T", "serial", hints(_Table)["workers"]) == "serial"
     assert from_text("HARNESS_T", "3", hints(_Table)["workers"]) == 3
+
+
+@given(st.lists(st.sampled_from(sorted(CLASSES)), max_size=6), st.sampled_from([",", ", ", " , "]))
+@settings(max_examples=200, deadline=None)
+def test_a_list_setting_from_the_environment_is_the_tables_list(tmp_path_factory, names, comma):
+    """``HARNESS_<KEY>`` overrides every key (docs/settings.md): a list as JSON or comma-separated gives
+    what the table gives. Old code: ``HARNESS_RETRY=network`` was refused ("expected a list of non-empty
+    strings, got 'network'") and no list could come from the environment."""
+    path = tmp_path_factory.mktemp("p") / "pyproject.toml"
+    path.write_text(f"[tool.harness]\nretry = {json.dumps(names)}\n")
+    table = load_settings("cpu", path, env={}).retry
+    assert load_settings("cpu", path, env={"HARNESS_RETRY": comma.join(names)}).retry == table
+    assert load_settings("cpu", path, env={"HARNESS_RETRY": json.dumps(names)}).retry == table
+
+
+@pytest.mark.parametrize("text", ["[", '["network"', "[" * 5000, '{"a": 1}', "nonsense", "network,nonsense"])
+def test_a_bad_list_from_the_environment_is_one_config_error(tmp_path, text):
+    path = tmp_path / "pyproject.toml"
+    path.write_text("[tool.harness]\n")
+    with pytest.raises(ConfigError, match="HARNESS_RETRY|nonsense"):
+        load_settings("cpu", path, env={"HARNESS_RETRY": text})
