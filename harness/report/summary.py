@@ -245,13 +245,14 @@ def _refused(refusals: list[dict]) -> list[str]:
 
 
 def _reused(tally: Tally) -> str:
-    """`` N more avoided by reuse (S saved).`` when the reuse pool handed engines on, net of the retries
-    (and how many tries of tests ran again, with their starts)."""
+    """`` N more avoided by reuse (S saved).`` when the reuse pool handed engines on, net of the reuse
+    safety net's retries (``build.starts``), then how many tries of tests ran again, for any reason, with
+    their starts: a retry by class or by pytest-rerunfailures is not reuse's cost."""
     retries = tally.get("retries", 0)
     if not tally.get("reused") and not retries:
         return ""
-    net = f", net of {retries} retries that started {tally.get('retry_starts', 0)}" if retries else ""
-    return f" {tally.get('reused', 0)} more avoided by reuse ({_seconds(tally.get('saved_s'))} saved{net})."
+    again = f" {retries} tries ran again, starting {tally.get('retry_starts', 0)}." if retries else ""
+    return f" {tally.get('reused', 0)} more avoided by reuse ({_seconds(tally.get('saved_s'))} saved).{again}"
 
 
 def _table(header: list[str], body: list[list[str]], rows: int) -> list[str]:

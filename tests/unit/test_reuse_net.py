@@ -16,6 +16,7 @@ import pytest
 from harness.pytest_plugin.terminal import _avoided
 from harness.report import junit
 from harness.report.build import starts
+from harness.report.summary import _reused
 from tests.unit.test_patches import OWN_RUNNER, REUSABLE
 
 pytest_plugins = ["pytester", "tests.unit.vllm_stub"]
@@ -237,3 +238,13 @@ def test_retries_that_run_without_reuse_too_are_not_taken_from_what_reuse_avoide
         tally = starts(records, [], reruns)["total"]
         assert (tally["reused"], tally["saved_s"], tally["retries"]) == (0, 0.0, 1)
         assert _avoided([], reruns) == ", 0 avoided by reuse (0.0 s saved)"  # the terminal's line
+
+
+def test_the_summary_names_every_retry_apart_from_what_reuse_avoided():
+    """summary.md's line. Old code: "2 more avoided by reuse (30.0 s saved, net of 1 retries that started
+    2)" for a retry by failure class that reuse never paid for."""
+    records = [{"kind": "vllm", "phase": "p", "file": "f", "outcome": "started", "startup_s": 15.0}] * 2
+    reused = [{"phase": "p", "file": "f", "saved_s": 15.0}] * 2
+    reruns = [_rerun(2, "passed", "passed", 1, phase="p", file="f", policy="failure class", starts=2)]
+    line = _reused(starts(records, reused, reruns)["total"])
+    assert line == " 2 more avoided by reuse (30.0 s saved). 1 tries ran again, starting 2."
