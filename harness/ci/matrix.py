@@ -22,7 +22,7 @@ from harness.platform import PLATFORMS
 from harness.platform.jobs import DEFAULT_CELLS, DEVICE_NODES, DEVICE_OPTIONS, QUEUES, RUNTIMES
 from harness.platform.packages import installed
 from harness.report.compare import Gate
-from harness.select.choose import MODES
+from harness.select import PIPELINE_MODES
 from harness.split import MAX_SHARDS
 
 # The docker run flags both CI systems can express (GitHub's container options, Buildkite's docker plugin).
@@ -220,8 +220,8 @@ def _settings(table: dict) -> CiSettings:
             expected(f"{where} platforms", f"names from {', '.join(PLATFORMS)}", platform)
     _check_containers(values)
     _check_baseline(values)
-    if values.get("select", "shadow") not in MODES:
-        expected(f"{where} select", " or ".join(repr(mode) for mode in MODES), values["select"])
+    if values.get("select", "shadow") not in PIPELINE_MODES:
+        expected(f"{where} select", " or ".join(repr(mode) for mode in PIPELINE_MODES), values["select"])
     device_options = {**DEVICE_OPTIONS, **values.pop("device_options", {})}
     return CiSettings(queues={**QUEUES, **queues}, device_options=device_options, **values)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.report.previous import History
 from harness.report.store import load, write_atomic
-from harness.select import SELECT, SELECTION, changes, choose, profiler, record, rules, table
+from harness.select import PIPELINE_MODES, SELECT, SELECTION, changes, choose, profiler, record, rules, table
 
 
 def packages(harness_table: dict) -> str:
@@ -27,7 +27,7 @@ def packages(harness_table: dict) -> str:
     return ",".join(rules.load(harness_table.get("select")).packages)
 
 
-CI = SELECT  # a pipeline's: "shadow" or "on", for its pull-request builds (docs/selection.md)
+CI = SELECT  # a pipeline's: "shadow", "on" or "off", for its pull-request builds (docs/selection.md)
 
 
 def asked(ref: str | None, shadow: bool, env: Mapping[str, str]) -> tuple[str | None, bool]:
@@ -37,10 +37,10 @@ def asked(ref: str | None, shadow: bool, env: Mapping[str, str]) -> tuple[str | 
     if shadow and not ref:
         raise HarnessError("--shadow records what --changed-since REF would select: give REF too")
     mode = env.get(CI)
-    if ref or not mode:
+    if mode is not None and mode not in PIPELINE_MODES:
+        raise HarnessError(f"{CI}={mode!r}: expected one of {', '.join(PIPELINE_MODES)}")
+    if ref or not mode or mode == "off":
         return ref, shadow
-    if mode not in choose.MODES:
-        raise HarnessError(f"{CI}={mode!r}: expected one of {', '.join(choose.MODES)}")
     base = env.get("GITHUB_BASE_REF") or (
         env.get("BUILDKITE_PULL_REQUEST_BASE_BRANCH")
         if env.get("BUILDKITE_PULL_REQUEST", "false") != "false"
@@ -135,5 +135,5 @@ def arm_footprints(env: dict[str, str], ref: str | None, shadow: bool) -> None:
     """Footprints are recorded where selection is in use: a ``--changed-since`` or ``--shadow`` run, or a
     pipeline that selects (``HARNESS_SELECT``, whose branch builds refresh the kept footprints); a
     ``HARNESS_FOOTPRINTS`` the user set is kept."""
-    if ref or shadow or env.get(CI):
+    if ref or shadow or env.get(CI, "off") != "off":
         env.setdefault(profiler.RECORD, "1")

@@ -4,5 +4,7 @@ a change touches, and the tests that meet them. Pure logic and the footprint rec
 
 # harness run -> each phase's pytest: the file that lists what selection leaves out
 SELECTION = "HARNESS_SELECTION"
-# a pipeline's test steps -> harness run: "shadow" or "on" on a pull request's build (harness ci writes it)
+# a pipeline's test steps -> harness run: "shadow" or "on" on a pull request's build (harness ci writes it);
+# "off": no selection, no footprints (recording them slows a 3.11 interpreter: docs/selection.md)
 SELECT = "HARNESS_SELECT"
+PIPELINE_MODES = ("off", "on", "shadow")

@@ -1,5 +1,5 @@
 """Selection in the generated CI (issue 59 item 4): every test step carries ``HARNESS_SELECT`` from
-``[tool.harness.ci] select`` ("shadow" by default, or "on"), and ``harness run`` reads it back from the
+``[tool.harness.ci] select`` ("shadow" by default, "on", or "off"), and ``harness run`` reads it back from the
 parsed YAML as a pull request's selection (shadow or for real) and as a branch build's run of everything."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness import cli
-from harness.run.selecting import asked
+from harness.run.selecting import arm_footprints, asked
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = '[tool.harness.suites.pooling]\npaths = ["tests"]\n'
@@ -31,13 +31,15 @@ def _generated(tmp_path, monkeypatch, capsys, ci: str, *argv: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("ci", "mode"), [("", "shadow"), ('select = "shadow"', "shadow"), ('select = "on"', "on")]
+    ("ci", "mode"),
+    [("", "shadow"), ('select = "shadow"', "shadow"), ('select = "on"', "on"), ('select = "off"', "off")],
 )
 def test_every_buildkite_test_step_carries_the_mode_and_harness_run_reads_it_back(
     tmp_path, monkeypatch, capsys, ci, mode
 ):
     """Old code: no step carried HARNESS_SELECT (the pipeline had to set it itself), and ``select`` was
-    an unknown key (exit 2). ``on`` unquoted is YAML 1.1's true: the value must come back a string."""
+    an unknown key (exit 2). ``on`` and ``off`` unquoted are YAML 1.1's booleans: the value must come back a
+    string. ``off``: a pull request's build runs everything and records no footprints."""
     text = _generated(tmp_path, monkeypatch, capsys, ci, "ci", "buildkite")
     steps = yaml.safe_load(text)["steps"]
     tests = [step for step in steps if "HARNESS_HISTORY" in step.get("env", {})]
@@ -46,7 +48,11 @@ def test_every_buildkite_test_step_carries_the_mode_and_harness_run_reads_it_bac
         value = step["env"]["HARNESS_SELECT"]
         assert value == mode and isinstance(value, str)
         # a pull request's build selects since its base branch; shadow runs everything and records
-        assert asked(None, False, {**step["env"], **PULL_REQUEST}) == ("origin/main", mode == "shadow")
+        selects = ("origin/main", mode == "shadow") if mode != "off" else (None, False)
+        assert asked(None, False, {**step["env"], **PULL_REQUEST}) == selects
+        env = {**step["env"], **PULL_REQUEST}
+        arm_footprints(env, *asked(None, False, env))
+        assert (env.get("HARNESS_FOOTPRINTS") == "1") is (mode != "off")
         # a build of a branch (the default one refreshes the kept footprints) runs every test
         assert asked(None, False, {**step["env"], "BUILDKITE_PULL_REQUEST": "false"}) == (None, False)
     for step in steps:
@@ -70,7 +76,7 @@ def test_every_github_row_carries_the_mode_and_the_workflow_passes_it(
     assert asked(None, False, env) == ("origin/main", mode == "shadow")
 
 
-@pytest.mark.parametrize("value", ['"off"', '"ON"', '""', "true", "1", '["on"]'])
+@pytest.mark.parametrize("value", ['"OFF"', '"ON"', '""', "true", "1", '["on"]'])
 def test_another_select_value_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, value):
     _project(tmp_path, f"select = {value}")
     monkeypatch.chdir(tmp_path)

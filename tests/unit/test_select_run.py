@@ -288,8 +288,13 @@ def test_ci_s_variable_selects_on_a_pull_request_and_runs_everything_on_a_branch
     done = harness_run(repo, "tiny", "--out", "out", "--history", "hist", HARNESS_SELECT="shadow")
     assert done.returncode == 0 and "not a pull request's build, so every test runs" in done.stderr
     assert "selection" not in report(repo / "out") and "footprints" in report(repo / "out")
+    done = harness_run(
+        repo, "tiny", "--out", "out", "--history", "hist", HARNESS_SELECT="off", GITHUB_BASE_REF="main"
+    )
+    assert done.returncode == 0  # a project's opt-out: a pull request's build runs all, records nothing
+    assert "selection" not in report(repo / "out") and "footprints" not in report(repo / "out")
     done = harness_run(repo, "tiny", "--out", "out", HARNESS_SELECT="always")
-    assert done.returncode == 2 and "HARNESS_SELECT='always': expected one of on, shadow" in done.stderr
+    assert done.returncode == 2 and "HARNESS_SELECT='always': expected one of off, on, shadow" in done.stderr
 
 
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device", "wrong shape"])
