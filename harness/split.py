@@ -219,10 +219,12 @@ def digest(nodeids: Iterable[str]) -> str:
 
 
 def junit_key(nodeid: str) -> str:
-    """How pytest's junitxml names a test (``classname::name``): the path's ``/`` as ``.``, ``.py`` off."""
-    parts = nodeid.split("::")
+    """How pytest's junitxml names a test (``classname::name``): the path's ``/`` as ``.``, ``.py`` off;
+    split as junitxml splits, before the parameters (which may hold ``::`` themselves)."""
+    path, bracket, params = nodeid.partition("[")
+    parts = path.split("::")
     module = parts[0].replace("/", ".").removesuffix(".py")
-    return f"{'.'.join([module, *parts[1:-1]])}::{parts[-1]}"
+    return f"{'.'.join([module, *parts[1:-1]])}::{parts[-1]}{bracket}{params}"
 
 
 def first_configurations(report: Mapping) -> dict[str, str]:

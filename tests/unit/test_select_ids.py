@@ -29,7 +29,7 @@ FILES = {
         import pytest
         from pkg.a import fa
 
-        @pytest.mark.parametrize("x", ["é", "a/b", "sp ace", "[br]"])
+        @pytest.mark.parametrize("x", ["é", "a/b", "sp ace", "[br]", "k::v"])
         def test_p(x):
             assert fa() == 1
 
@@ -64,7 +64,7 @@ def test_the_skipped_list_names_tests_as_report_json_and_junit_do(tmp_path):
     listed = json.loads((project / "out" / "selection-skipped.json").read_text())["skipped"]
     report = json.loads((project / "out" / "report.json").read_text())
     skipped = [t["nodeid"] for t in report["tests"] if t["outcome"] == "skipped"]
-    assert len(listed) == 5 and sorted(listed) == sorted(skipped) == sorted(report["selection"]["skipped"])
+    assert len(listed) == 6 and sorted(listed) == sorted(skipped) == sorted(report["selection"]["skipped"])
     assert all(nodeid.startswith("tests/test_a.py::") for nodeid in listed)  # from the rootdir, not the top
     assert [t["nodeid"] for t in report["tests"] if t["outcome"] == "passed"] == ["tests/test_b.py::test_b"]
     cases = ElementTree.parse(project / "out" / "junit.xml").getroot().iter("testcase")
