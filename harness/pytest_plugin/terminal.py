@@ -37,7 +37,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     kept = "temporary, removed at exit" if config.stash[TEMPORARY] else config.stash[DIRECTORY]
     reuses = [r for r in merged.reuses if r["t"] >= since]
     reruns = [r for r in merged.reruns if r["t"] >= since]
-    avoided = _avoided(reuses, reruns) if reuses or any(r.get("policy") == "reuse" for r in reruns) else ""
+    avoided = _avoided(records, reuses, reruns) if reuses or reruns else ""
     write(
         f"{len(started)} runner starts ({_by_kind(started)}), {blocked} blocked, {failed} failed{avoided}; "
         f"ledger: {kept}"
@@ -68,15 +68,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             write(f"  {finding['type']}: {finding['message']}")
 
 
-def _avoided(reuses: list[dict], reruns: list[dict]) -> str:
-    """Starts avoided by reuse and their seconds, net of the retries: a retry's starts are spent, and what
-    it was handed avoided nothing a run without reuse (and so without the retry) starts. Only the reuse
-    safety net's retries: one by failure class or pytest-rerunfailures runs without reuse too."""
-    reruns = [r for r in reruns if r.get("policy") == "reuse"]
-    spent = sum(r["starts"] + r["reused"] for r in reruns)
-    seconds = sum(r.get("saved_s") or 0 for r in reuses) - sum(r["started_s"] + r["reused_s"] for r in reruns)
-    net = f", net of {len(reruns)} retries" if reruns else ""
-    return f", {len(reuses) - spent} avoided by reuse ({seconds:.1f} s saved{net})"
+def _avoided(records: list[Record], reuses: list[dict], reruns: list[dict]) -> str:
+    """Starts avoided by reuse and their seconds, as report.json counts them (``build.starts``: net of the
+    reuse safety net's retries, which a run without reuse would not make); empty where reuse did nothing.
+    The report's modules load only here: a session that started no runner loads only what it writes with."""
+    from harness.report import build
+
+    if not reuses and not build.replays(reruns):
+        return ""
+    total = build.starts(records, reuses, reruns)["total"]
+    replayed = len(build.replays(reruns))
+    net = f", net of {replayed} retries" if replayed else ""
+    return f", {total['reused']} avoided by reuse ({total['saved_s']:.1f} s saved{net})"
 
 
 def _by_kind(records: list[Record]) -> str:

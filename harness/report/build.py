@@ -296,10 +296,15 @@ def starts(records: Iterable[Record], reuses: Iterable[dict] = (), reruns: Itera
     }
 
 
+def replays(reruns: Iterable[dict]) -> list[dict]:
+    """The reuse safety net's retries (policy ``reuse``): the only ones run for reuse's sake."""
+    return [r for r in reruns if r.get("policy") == "reuse"]
+
+
 def _tally(group: list[Record], reused: list[dict], reruns: list[dict] = ()) -> Tally:  # type: ignore[assignment]
-    replays = [r for r in reruns if r.get("policy") == "reuse"]  # the safety net's: for reuse's sake
-    spent = sum(r.get("starts", 0) + r.get("reused", 0) for r in replays)
-    spent_s = sum(r.get("started_s", 0.0) + r.get("reused_s", 0.0) for r in replays)
+    own = replays(reruns)
+    spent = sum(r.get("starts", 0) + r.get("reused", 0) for r in own)
+    spent_s = sum(r.get("started_s", 0.0) + r.get("reused_s", 0.0) for r in own)
     tally: Tally = {
         "starts": len(started(group)),
         "failed": len(group) - len(started(group)),

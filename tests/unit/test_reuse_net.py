@@ -237,7 +237,9 @@ def test_retries_that_run_without_reuse_too_are_not_taken_from_what_reuse_avoide
         ]
         tally = starts(records, [], reruns)["total"]
         assert (tally["reused"], tally["saved_s"], tally["retries"]) == (0, 0.0, 1)
-        assert _avoided([], reruns) == ", 0 avoided by reuse (0.0 s saved)"  # the terminal's line
+        assert _avoided(records, [], reruns) == ""  # the terminal's line: reuse did nothing, says nothing
+    reuses = [{"kind": "vllm", "phase": "p", "file": "f", "saved_s": 22.0}]
+    assert _avoided(records, reuses, reruns) == ", 1 avoided by reuse (22.0 s saved)"  # as report.json
 
 
 def test_the_summary_names_every_retry_apart_from_what_reuse_avoided():
