@@ -49,8 +49,13 @@ def roots(rootdir: str | os.PathLike[str], packages: Iterable[str]) -> dict[str,
     return found
 
 
+INSTALLED = ("site-packages", "dist-packages")  # a venv inside the rootdir (nox's .nox/) is not the repo's
+
+
 class Paths:
-    """A code object's file -> its name in footprints (None: outside every root), each file once."""
+    """A code object's file -> its name in footprints (None: outside every root), each file once. The
+    rootdir's files leave out installed packages below it (a venv in ``.nox/``: thousands of files per
+    test that no change of the repository touches); a package the suite names keeps its own root."""
 
     def __init__(self, roots: Mapping[str, str]):
         # longest first: a file is named from the nearest root that holds it
@@ -66,10 +71,17 @@ class Paths:
             for root, prefix in self.roots:
                 if real.startswith(root):
                     rest = real[len(root) :].replace(os.sep, "/")
-                    found = f"{prefix}/{rest}" if prefix else rest
+                    if prefix:
+                        found = f"{prefix}/{rest}"
+                    elif not _installed(rest):
+                        found = rest
                     break
         self.cache[filename] = found
         return found
+
+
+def _installed(rest: str) -> bool:
+    return any(part in INSTALLED for part in rest.split("/")[:-1])
 
 
 def _shortest(item: tuple[str, str]) -> int:
