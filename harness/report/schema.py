@@ -145,6 +145,13 @@ class FootprintChild(TypedDict):
     files: list[str]
 
 
+class FootprintBegun(TypedDict):
+    """``footprints/begun-<pid>.json``, written when such a process starts: with no ``child-<pid>.json``
+    beside it, the process died before it could write (its test's footprint is then unknown)."""
+
+    test: str
+
+
 class PhaseSelection(TypedDict):
     """One phase as the run's one collection selects it: its paths and its ``-m`` / ``-k``."""
 

@@ -35,6 +35,7 @@ from harness.report.schema import (
     Configurations,
     Durations,
     EngineGroups,
+    FootprintBegun,
     FootprintChild,
     FootprintSession,
     GpuFreeList,
@@ -156,22 +157,26 @@ def skipped_list(path: str | Path) -> SkippedList:
     )
 
 
+Footprint = FootprintSession | FootprintChild | FootprintBegun
+FOOTPRINT_KINDS = {"child": FootprintChild, "begun": FootprintBegun}  # by the file name's first word
+
+
 def footprint_files(
     directories: Iterable[Path], since: float | None = None
-) -> list[tuple[str, FootprintSession | FootprintChild | None]]:
+) -> list[tuple[str, Footprint | None]]:
     """The footprint files of a run's sessions (``<ledger dir>/footprints/*.json``), each read and checked
     as every file is: (file name, content), ``child-*`` ones of the child's shape. Files older than
     ``since`` (the run's start) are an earlier run's in a reused directory. A file that cannot be read or
     is malformed is said in one line on stderr and given as (name, None): what it would have added is
     unknown, and the join decides what that costs."""
-    found: list[tuple[str, FootprintSession | FootprintChild | None]] = []
+    found: list[tuple[str, Footprint | None]] = []
     for directory in directories:
         folder = Path(directory) / FOLDER
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             try:
                 if since is not None and path.stat().st_mtime < since:
                     continue
-                kind = FootprintChild if path.name.startswith("child-") else FootprintSession
+                kind = FOOTPRINT_KINDS.get(path.name.split("-", 1)[0], FootprintSession)
                 found.append(
                     (path.name, checked(path, json_object(path, "footprint"), kind, "footprint file"))
                 )

@@ -207,15 +207,22 @@ def forked(recorder: Recorder, directory: str, test: str | None) -> None:
 
 
 def _follow(recorder: Recorder, directory: str, test: str) -> None:
+    """Files at exit; a ``begun-<pid>.json`` now, so a child killed before its exit (SIGKILL) is known to
+    have lost its files: its test then counts as unknown, never as touching less than it did."""
     global _CHILD
     _CHILD, recorder.test = recorder, test
+    _put(directory, f"begun-{os.getpid()}", {"test": test})
     import atexit
 
     atexit.register(_write, directory)
-    if "multiprocessing" in sys.modules:  # a forked multiprocessing child leaves by os._exit, after these
+    if "multiprocessing" in sys.modules:  # a multiprocessing child leaves by os._exit, after its finalizers
         from multiprocessing import util
 
         util.Finalize(None, _write, args=(directory,), exitpriority=100)
+        # a forked one first clears the finalizers it inherited, then runs its after-fork hooks
+        util.register_after_fork(
+            recorder, lambda _: util.Finalize(None, _write, (directory,), exitpriority=100)
+        )
 
 
 def imported(paths: Paths) -> set[str]:
@@ -232,12 +239,17 @@ def _write(directory: str) -> None:
     recorder, _CHILD = _CHILD, None
     if recorder is None:
         return
-    files = sorted(imported(recorder.paths))
-    # whole or absent, never cut short: a part-written file would read as a narrower footprint
-    part = Path(directory, f"child-{os.getpid()}.part")
+    _put(
+        directory, f"child-{os.getpid()}", {"test": recorder.test, "files": sorted(imported(recorder.paths))}
+    )
+
+
+def _put(directory: str, name: str, content: dict) -> None:
+    """``name``.json, whole or absent, never cut short: a part-written file would read as less."""
+    part = Path(directory, f"{name}.part")
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
-        part.write_text(json.dumps({"test": recorder.test, "files": files}))
+        part.write_text(json.dumps(content))
         os.replace(part, part.with_suffix(".json"))
     except OSError:  # the run directory is gone (the session ended first): nothing to add to
         pass

@@ -3,7 +3,8 @@
 
 A session writes ``footprints/<worker>-<pid>.json`` (``{"tests": [[nodeid, [file...]]...], "markers":
 [[nodeid, [name...]]...], "children": [[token, nodeid]...]}``, redacted) and its child processes
-``footprints/child-<pid>.json`` (``{"test": token, "files"}``) into its ledger directory;
+``footprints/child-<pid>.json`` (``{"test": token, "files"}``; ``begun-<pid>.json`` at its start, so
+one that died before writing is known) into its ledger directory;
 ``collect`` joins them, as the one loader read them (``harness.report.store.footprint_files``: this
 layer is below the report's), into the report's shape. A session's file that cannot be read loses that
 session's footprints: its tests count as unknown to the next selection (selected), never as empty. A
@@ -65,10 +66,13 @@ def collect(files: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict | Non
     markers: dict[str, set[str]] = {}
     tokens: dict[str, str] = {}
     children: list[Mapping[str, Any]] = []
+    begun: dict[str, str] = {}  # a child's pid -> its test's token
+    wrote: set[str] = set()  # the pids whose own file was read
     seen = False
     for name, data in files:
         seen = True
-        if data is None and name.startswith("child-"):
+        pid = name.split("-", 1)[-1].removesuffix(".json")
+        if data is None and name.startswith(("child-", "begun-")):
             print(
                 f"harness: no footprints kept: {name} was unreadable, any test may lack its files",
                 file=sys.stderr,
@@ -76,8 +80,12 @@ def collect(files: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict | Non
             return None
         if data is None:
             continue
+        if name.startswith("begun-"):
+            begun[pid] = str(data.get("test"))
+            continue
         if name.startswith("child-"):
             children.append(data)
+            wrote.add(pid)
             continue
         for test, found in _pairs(data.get("tests")):
             tests.setdefault(test, set()).update(_strings(found))
@@ -88,6 +96,9 @@ def collect(files: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict | Non
         owner = tokens.get(str(data.get("test")))
         if owner is not None:
             tests.setdefault(owner, set()).update(_strings(data.get("files")))
+    for pid, token in begun.items():  # a child died before writing: its test is unknown, so it runs
+        if pid not in wrote:
+            tests.pop(tokens.get(token, ""), None)
     return encode(tests, markers) if seen else None
 
 

@@ -45,6 +45,7 @@ SUITE = {
     "pkg/spawned.py": "def run():\n    return 4\n",
     "pkg/forked.py": "def run():\n    return 5\n",
     "pkg/unused.py": "def never():\n    return 6\n",
+    "pkg/killed.py": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
     "tests/conftest.py": """
         import pytest
 
@@ -75,9 +76,17 @@ SUITE = {
             code = "exec(open(PTH).read().splitlines()[1]); from pkg.spawned import run; run()"
             subprocess.run([sys.executable, "-c", "PTH = " + repr(PTH) + "; " + code], check=True)
 
-        def test_forks():
+        def test_spawns_one_that_is_killed():  # no exit, so no file of its own
+            code = "exec(open(PTH).read().splitlines()[1]); import pkg.killed"
+            done = subprocess.run([sys.executable, "-c", "PTH = " + repr(PTH) + "; " + code])
+            assert done.returncode == -9
+
+        def _child():  # pkg.forked is imported in the forked child only
             from pkg.forked import run
-            process = multiprocessing.get_context("fork").Process(target=run)
+            run()
+
+        def test_forks():
+            process = multiprocessing.get_context("fork").Process(target=_child)
             process.start()
             process.join()
             assert process.exitcode == 0
@@ -121,6 +130,14 @@ def test_spawned_and_forked_processes_count_for_the_test_that_started_them(recor
     assert "pkg/spawned.py" in recorded["tests/test_two.py::test_spawns"]
     assert "pkg/forked.py" in recorded["tests/test_two.py::test_forks"]
     assert "pkg/spawned.py" not in recorded["tests/test_two.py::test_forks"]
+
+
+def test_a_test_whose_child_died_before_writing_is_unknown_not_narrower(recorded):
+    """Old code: a child killed by SIGKILL wrote nothing and its test kept the rest, without
+    ``pkg/killed.py``:
+    a change there would have skipped it. Unknown to the next selection, it runs."""
+    assert "tests/test_two.py::test_spawns_one_that_is_killed" not in recorded
+    assert "tests/test_two.py::test_spawns" in recorded  # its neighbour's child wrote
 
 
 @pytest.mark.parametrize("armed", [False, True])
@@ -241,6 +258,6 @@ def test_no_footprint_file_carries_a_credential_a_test_id_holds(tmp_path):
     done = harness_run(tmp_path, "tiny", "--out", "out", HF_TOKEN=secret, HARNESS_FOOTPRINTS="1")
     assert done.returncode == 0, done.stdout + done.stderr
     written = list((tmp_path / "out").rglob(f"{table.FOLDER}/*.json"))
-    assert len(written) == 2 and not [p for p in written if secret in p.read_text()]
+    assert len(written) == 3 and not [p for p in written if secret in p.read_text()]  # session, begun, child
     tests = json.loads((tmp_path / "out" / "report.json").read_text())["footprints"]["tests"]
     assert list(tests) == ["tests/test_one.py::test_uses[[redacted]]"]

@@ -53,3 +53,18 @@ def test_an_unreadable_child_file_keeps_no_footprints_rather_than_narrow_ones(tm
     (folder / "child-2.json").write_text(content)
     assert table.collect(store.footprint_files([tmp_path / "phase"])) is None
     assert capsys.readouterr().err.count("no footprints kept: child-2.json") == 1
+
+
+def test_a_begun_child_with_no_file_of_its_own_leaves_its_test_unknown(tmp_path):
+    folder = tmp_path / "phase" / table.FOLDER
+    folder.mkdir(parents=True)
+    session = {
+        "tests": [["t::a", ["a.py"]], ["t::b", ["b.py"]]],
+        "children": [["ka", "t::a"], ["kb", "t::b"]],
+    }
+    (folder / "main-1.json").write_text(json.dumps(session))
+    for pid, token in ((7, "ka"), (8, "kb")):
+        (folder / f"begun-{pid}.json").write_text(json.dumps({"test": token}))
+    (folder / "child-7.json").write_text(json.dumps({"test": "ka", "files": ["engine.py"]}))
+    found = table.decode(table.collect(store.footprint_files([tmp_path / "phase"])))
+    assert not isinstance(found, str) and found[0] == {"t::a": frozenset({"a.py", "engine.py"})}
