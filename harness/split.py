@@ -259,9 +259,8 @@ class Groups:
 
     def __init__(self, report: dict | None = None):
         self.known = report is not None
-        self.packages: set[str] = (
-            set()
-        )  # folders (``""``: the rootdir) a package-scoped fixture's runner held
+        # folders (``""``: the rootdir) a package-scoped fixture's runner held
+        self.packages: set[str] = set()
         self.together: dict[str, str] = {}  # a file, or a class's node id -> the unit that holds it
         for record in [*(report or {}).get("records", []), *(report or {}).get("reuses", [])]:
             if not isinstance(record, dict) or not isinstance(record.get("test"), str):

@@ -74,10 +74,10 @@ def _avoided(records: list[Record], reuses: list[dict], reruns: list[dict]) -> s
     The report's modules load only here: a session that started no runner loads only what it writes with."""
     from harness.report import build
 
-    if not reuses and not build.replays(reruns):
+    replayed = len(build.replays(reruns))
+    if not reuses and not replayed:
         return ""
     total = build.starts(records, reuses, reruns)["total"]
-    replayed = len(build.replays(reruns))
     net = f", net of {replayed} retries" if replayed else ""
     return f", {total['reused']} avoided by reuse ({total['saved_s']:.1f} s saved{net})"
 

@@ -37,7 +37,7 @@ def asked(ref: str | None, shadow: bool, env: Mapping[str, str]) -> tuple[str | 
     if shadow and not ref:
         raise HarnessError("--shadow records what --changed-since REF would select: give REF too")
     mode = env.get(CI)
-    if mode is not None and mode not in PIPELINE_MODES:
+    if mode and mode not in PIPELINE_MODES:  # empty: unset, as a CI system leaves it
         raise HarnessError(f"{CI}={mode!r}: expected one of {', '.join(PIPELINE_MODES)}")
     if ref or not mode or mode == "off":
         return ref, shadow

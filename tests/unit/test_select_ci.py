@@ -84,3 +84,8 @@ def test_another_select_value_is_one_line_and_exit_2(tmp_path, monkeypatch, caps
         assert cli.main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "select" in err and "Traceback" not in err
+
+
+def test_an_empty_variable_is_unset_as_a_ci_system_leaves_it():
+    """``HARNESS_SELECT=`` (a pipeline's variable defined empty) selects nothing and refuses nothing."""
+    assert asked(None, False, {"HARNESS_SELECT": "", **PULL_REQUEST}) == (None, False)
