@@ -20,6 +20,7 @@ import os
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness.ledger.redaction import Redactor
@@ -74,6 +75,8 @@ class _Footprints:
         self.item: pytest.Item | None = None
         self.fixtures: dict[str, set[str]] = {}  # a fixture's name -> the owners of its definitions
         self.tokens: dict[str, str] = {}  # a test's token (what its processes' files name) -> its node id
+        self.shared: set[tuple[str, str]] = set()  # (token, node id): an earlier test's process alive in it
+        self.alive = _Alive(folder)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector):
@@ -103,6 +106,7 @@ class _Footprints:
         token = f"{self.worker}-{os.getpid()}-{len(self.tokens)}"  # a process it starts records under it
         self.tokens[token] = item.nodeid
         os.environ[profiler.TEST] = token
+        self.shared.update((t, item.nodeid) for t in self.alive.tokens(token))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
@@ -116,7 +120,9 @@ class _Footprints:
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         item, self.item = self.item, None
-        os.environ.pop(profiler.TEST, None)
+        token = os.environ.pop(profiler.TEST, None)
+        if token is not None:
+            self.shared.update((t, nodeid) for t in self.alive.tokens(token))
         found = self.tests.setdefault(nodeid, set())
         found |= self.recorder.take(f"test {nodeid}")
         found |= self.recorder.files.get(f"collect {nodeid.split('::')[0]}", set())
@@ -138,7 +144,7 @@ class _Footprints:
         data = {
             "tests": [[t, sorted(f)] for t, f in self.tests.items()],
             "markers": [[t, m] for t, m in self.markers.items()],
-            "children": [[token, t] for token, t in self.tokens.items()],
+            "children": [[token, t] for token, t in [*self.tokens.items(), *sorted(self.shared)]],
         }
         args = [*sys.argv, *session.config.invocation_params.args]
         clean = Redactor(os.environ, args).data(data)
@@ -150,6 +156,45 @@ class _Footprints:
             with contextlib.suppress(OSError):  # a half-written file would read as no file at all anyway
                 path.unlink(missing_ok=True)
             _said(path, error)
+
+
+class _Alive:
+    """This session's descendant processes alive now, each with the tokens it may record under: a test
+    counts the files of every one alive when it begins or ends, whichever test started it (an engine a
+    class-scoped fixture or reuse hands on runs code for each test that uses it). Wider where a process
+    served none of them (a parked engine another test takes later), never narrower. Looked for only once
+    a child has recorded (its ``begun-`` file made the folder): a session that starts none pays a stat."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.seen: dict[tuple[int, float], set[str]] = {}  # (pid, start time) -> its possible tokens
+
+    def tokens(self, running: str) -> set[str]:
+        """The tokens of the processes alive now; one first seen now has the running test's token, or one
+        of its parent's (a process inherits the environment that names its test)."""
+        if not self.folder.is_dir():
+            return set()
+        found = []
+        for process in psutil.Process().children(recursive=True):
+            try:
+                found.append((process, (process.pid, process.create_time())))
+            except psutil.Error:  # gone since the listing: it ran nothing more for this test
+                continue
+        keys = {p.pid: key for p, key in found}
+        out: set[str] = set()
+        for process, key in found:  # parents before their children (psutil walks down the tree)
+            if key not in self.seen:
+                parent = keys.get(_parent(process), (0, 0.0))
+                self.seen[key] = {running, *self.seen.get(parent, ())}
+            out |= self.seen[key]
+        return out - {running}
+
+
+def _parent(process: psutil.Process) -> int:
+    try:
+        return process.ppid()
+    except psutil.Error:
+        return 0
 
 
 def _said(path: Path, error: OSError) -> None:

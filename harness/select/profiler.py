@@ -11,13 +11,16 @@ A process the test starts records too, without a profiler (an engine's busy loop
 call): ``pytest-gpu-harness.pth`` calls ``child()`` at interpreter start when ``DIRECTORY`` is set (a
 spawned process, ``vllm serve``; it loads this file as ``_harness_footprint``, importing no ``harness``
 module, so a pytest started there still rewrites the harness's asserts, and this module imports only the
-standard library), ``forked`` runs in a forked one; at its exit either writes the files of
-every module it imported (``imported``) as ``child-<pid>.json`` into ``DIRECTORY``, under the test that
-was running (``TEST``), where the session collects it.
+standard library), ``forked`` runs in a forked one. Either writes the files of the modules it imported as
+``child-<pid>.json`` into ``DIRECTORY``, under the test that was running (``TEST``), where the session
+collects it: at its start and again at each module it imports (an audit hook on ``exec`` of a module's
+code and ``import`` of an extension module; whole-or-absent writes), so a process killed at any point
+(vLLM SIGKILLs an EngineCore that outlives its 5 s grace after SIGTERM) has written all it imported.
 """
 
 from __future__ import annotations
 
+import _thread
 import cProfile
 import json
 import os
@@ -97,7 +100,6 @@ class Recorder:
         self.paths = paths
         self.owner: str | None = None
         self.files: dict[str, set[str]] = {}
-        self.test: str | None = None  # in a child process: the test that started it
         self.complete = True  # False once an owner could not record (its files would be too few)
 
     def switch(self, owner: str | None) -> str | None:
@@ -187,61 +189,123 @@ def recorder(paths: Paths) -> Recorder:
     return Monitor(paths) if sys.version_info >= (3, 12) else Profile(paths)
 
 
-_CHILD: Recorder | None = None
+_CHILD: Record | None = None
+_HOOKED = False  # the audit hook is in this process (a forked child inherits it)
+_PROBE = "harness.footprint.hooked"  # the event that tells the hook it was added
+
+
+class Record:
+    """A child process's files as it imports them: ``child-<pid>.json`` written whole at its start and again
+    at each new file, so a child killed at any point (vLLM SIGKILLs an engine process still alive 5 s
+    after its SIGTERM) has written every module it imported until then. Each file whose code the child
+    ran is among them (a function runs from a module that was imported), at no cost per call; a module
+    imported but not run makes it wider, so selection errs towards running."""
+
+    def __init__(self, paths: Paths, directory: str, test: str):
+        self.paths, self.directory, self.test = paths, directory, test
+        self.files: dict[str, None] = {}  # in the order first seen
+        self.pid, self.lock = os.getpid(), _thread.allocate_lock()
+        self.broken = False
+
+    def saw(self, filenames: Iterable[str]) -> None:
+        """Adds these code files; writes the record when one of them is new."""
+        new = [n for n in map(self.paths.name, filenames) if n is not None and n not in self.files]
+        if not new or self.broken:
+            return
+        if self.pid != os.getpid():  # a forked child: its own file, and no lock held by a parent's thread
+            self.pid, self.lock = os.getpid(), _thread.allocate_lock()
+        with self.lock:
+            self.files.update(dict.fromkeys(new))
+            self.write()
+
+    def write(self) -> None:
+        _put(self.directory, f"child-{os.getpid()}", {"test": self.test, "files": list(self.files)})
+
+    def spoil(self) -> None:
+        """Recording failed: no file of this child, so its test counts as unknown (``begun-`` alone)."""
+        self.broken = True
+        Path(self.directory, f"child-{os.getpid()}.json").unlink(missing_ok=True)
+
+
+def _audit(event: str, args: tuple) -> None:
+    """``sys.addaudithook``'s hook: a module's body is about to run (``exec`` of its code) or an extension
+    module was loaded (``import`` with its file). Any other event returns at once."""
+    if event == "exec":
+        filename = getattr(args[0], "co_filename", None)
+    elif event == "import":
+        filename = args[1]
+    else:
+        if event == _PROBE:  # the hook is in (sys.addaudithook drops one an earlier hook refuses, silently)
+            global _HOOKED
+            _HOOKED = True
+        return
+    record = _CHILD
+    if record is not None and isinstance(filename, str):
+        try:
+            record.saw((filename,))
+        except Exception:  # an exception here would break the child's import
+            record.spoil()
 
 
 def child(env: Mapping[str, str] = os.environ) -> None:
-    """In a process a test started (``DIRECTORY`` set): its files are written at its exit."""
+    """In a process a test started (``DIRECTORY`` set): its files are written as it imports them."""
     if _CHILD is None and env.get(DIRECTORY) and env.get(TEST):
-        _follow(recorder(Paths(dict(_parse(env.get(ROOTS, ""))))), env[DIRECTORY], env[TEST])
+        _follow(Record(Paths(dict(_parse(env.get(ROOTS, "")))), env[DIRECTORY], env[TEST]))
 
 
 def forked(recorder: Recorder, directory: str, test: str | None) -> None:
     """In a forked child of a recording process: its copy of the profiler stops (an engine's busy loop
-    would pay for each call); its files are written at its exit, as the running test's (``test``; none:
-    nothing is recorded)."""
+    would pay for each call); its files are written as it imports them, as the running test's (``test``;
+    none: nothing is recorded)."""
     recorder.switch(None)
     recorder.files = {}
     if test:
-        _follow(recorder, directory, test)
+        _follow(Record(recorder.paths, directory, test))
 
 
-def _follow(recorder: Recorder, directory: str, test: str) -> None:
-    """Files at exit; a ``begun-<pid>.json`` now, so a child killed before its exit (SIGKILL) is known to
-    have lost its files: its test then counts as unknown, never as touching less than it did."""
+def _follow(record: Record) -> None:
+    """``begun-<pid>.json``, then the record of what was imported so far, then one more file at each new
+    module (the audit hook) and at exit. Where the hook cannot be added (another hook refuses it), the
+    record is written at exit only: a child killed first leaves ``begun-`` alone, and its test is unknown,
+    never narrower than what it ran."""
     global _CHILD
-    _CHILD, recorder.test = recorder, test
-    _put(directory, f"begun-{os.getpid()}", {"test": test})
+    _CHILD = record
+    _put(record.directory, f"begun-{os.getpid()}", {"test": record.test})
+    if not _HOOKED:
+        try:
+            sys.addaudithook(_audit)
+            sys.audit(_PROBE)
+        except Exception:  # noqa: S110 (an earlier hook raised: written at exit only)
+            pass
+    if _HOOKED:  # after the hook is in: no module is imported unseen between the two
+        record.saw(_imported())
+        record.write()
     import atexit
 
-    atexit.register(_write, directory)
+    atexit.register(_write)
     if "multiprocessing" in sys.modules:  # a multiprocessing child leaves by os._exit, after its finalizers
         from multiprocessing import util
 
-        util.Finalize(None, _write, args=(directory,), exitpriority=100)
+        util.Finalize(None, _write, exitpriority=100)
         # a forked one first clears the finalizers it inherited, then runs its after-fork hooks
-        util.register_after_fork(
-            recorder, lambda _: util.Finalize(None, _write, (directory,), exitpriority=100)
-        )
+        util.register_after_fork(record, lambda _: util.Finalize(None, _write, exitpriority=100))
 
 
-def imported(paths: Paths) -> set[str]:
-    """The files of every module this process has imported, under the roots: a child's footprint. Each
-    file whose code the child ran is among them (a function runs from a module that was imported), at no
-    cost per call; its modules imported but not run make it wider, so selection errs towards running."""
-    files = (getattr(module, "__file__", None) for module in list(sys.modules.values()))
-    return {name for name in map(paths.name, filter(None, files)) if name is not None}
+def _imported() -> list[str]:
+    """The files of every module this process has imported."""
+    return [f for f in (getattr(m, "__file__", None) for m in list(sys.modules.values())) if f]
 
 
-def _write(directory: str) -> None:
-    """The child's files, once (at its finalizers or at exit, whichever comes first)."""
-    global _CHILD
-    recorder, _CHILD = _CHILD, None
-    if recorder is None:
+def _write() -> None:
+    """The child's files at its finalizers or at exit: what the hook saw and every module imported (one
+    loaded unseen, or all of them where no hook could be added)."""
+    record = _CHILD
+    if record is None or record.broken:
         return
-    _put(
-        directory, f"child-{os.getpid()}", {"test": recorder.test, "files": sorted(imported(recorder.paths))}
-    )
+    before = len(record.files)
+    record.saw(_imported())
+    if not _HOOKED and len(record.files) == before:  # saw() wrote nothing: the only write
+        record.write()
 
 
 def _put(directory: str, name: str, content: dict) -> None:

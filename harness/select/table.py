@@ -61,10 +61,11 @@ def collect(files: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict | Non
     """The run's footprints from its sessions' files as the one loader read them
     (``harness.report.store.footprint_files``: file name, content), None where no session recorded any.
     A child's file names its test by the session's token for it (no node id: a parameter may be a
-    credential, and only the session redacts)."""
+    credential, and only the session redacts); a token may name several tests (a process alive while each
+    ran: an engine a class or reuse shares), and its files count for each."""
     tests: dict[str, set[str]] = {}
     markers: dict[str, set[str]] = {}
-    tokens: dict[str, str] = {}
+    tokens: dict[str, set[str]] = {}  # a child's token -> the tests its files count for
     children: list[Mapping[str, Any]] = []
     begun: dict[str, str] = {}  # a child's pid -> its test's token
     wrote: set[str] = set()  # the pids whose own file was read
@@ -91,14 +92,16 @@ def collect(files: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict | Non
             tests.setdefault(test, set()).update(_strings(found))
         for test, names in _pairs(data.get("markers")):
             markers.setdefault(test, set()).update(_strings(names))
-        tokens.update((t, n) for t, n in _pairs(data.get("children")) if isinstance(n, str))
+        for token, test in _pairs(data.get("children")):
+            if isinstance(test, str):
+                tokens.setdefault(token, set()).add(test)
     for data in children:
-        owner = tokens.get(str(data.get("test")))
-        if owner is not None:
+        for owner in tokens.get(str(data.get("test")), ()):
             tests.setdefault(owner, set()).update(_strings(data.get("files")))
-    for pid, token in begun.items():  # a child died before writing: its test is unknown, so it runs
+    for pid, token in begun.items():  # a child died before writing: its tests are unknown, so they run
         if pid not in wrote:
-            tests.pop(tokens.get(token, ""), None)
+            for owner in tokens.get(token, ()):
+                tests.pop(owner, None)
     return encode(tests, markers) if seen else None
 
 

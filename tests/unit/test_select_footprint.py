@@ -132,11 +132,10 @@ def test_spawned_and_forked_processes_count_for_the_test_that_started_them(recor
     assert "pkg/spawned.py" not in recorded["tests/test_two.py::test_forks"]
 
 
-def test_a_test_whose_child_died_before_writing_is_unknown_not_narrower(recorded):
-    """Old code: a child killed by SIGKILL wrote nothing and its test kept the rest, without
-    ``pkg/killed.py``:
-    a change there would have skipped it. Unknown to the next selection, it runs."""
-    assert "tests/test_two.py::test_spawns_one_that_is_killed" not in recorded
+def test_a_child_killed_by_sigkill_has_written_what_it_imported_until_then(recorded):
+    """A child writes its files as it imports them (tests/unit/test_engine_footprints.py): one killed by
+    SIGKILL in a module's body keeps that module. One that wrote nothing leaves its test unknown (there)."""
+    assert "pkg/killed.py" in recorded["tests/test_two.py::test_spawns_one_that_is_killed"]
     assert "tests/test_two.py::test_spawns" in recorded  # its neighbour's child wrote
 
 
