@@ -7,6 +7,8 @@ commit's history. One run per commit gives both.
     python benchmarks/selection_replay.py --work DIR [--commits 40] [--suite-args "tests/unit/test_x.py ..."]
     python benchmarks/selection_replay.py --work DIR --table      # the rows so far, and their distribution
     python benchmarks/selection_replay.py --work DIR --estimate REPORT  # each diff, one run's footprints
+    python benchmarks/selection_replay.py --work DIR --jobs 10 ...  # the runs side by side, no shadow
+    python benchmarks/selection_replay.py --work DIR --ingest OTHER     # rows and runs made elsewhere
 
 The figures are this checkout's selection (``harness.select.choose``, as ``harness run`` calls it) for each
 commit: from the previous run's footprints, markers and engine groups, ``git diff`` from that commit and
@@ -30,6 +32,13 @@ takes the previous replayed commit's footprints as its parent's (harness/ and te
 its selection is from its own diff, parent to commit (its own shadow run selected since the previous
 replayed commit: wider). Commits made before footprints existed cannot be replayed (their harness has no
 recorder): those rows say so and are not counted.
+
+``--jobs N`` runs N commits at a time (on a machine with the cores; benchmarks/gpu/selection_replay.sh
+does it on the GPU machine's CPUs): a commit's truth and footprints do not depend on its history, only its
+own shadow record does, so these runs record no selection (``at the commit`` is ``-``) and ``--table``
+selects from their reports as from any. ``--ingest OTHER`` adds another work folder's rows (commits not
+yet here) and their runs. Each row names the Python its runs used (3.12+: the ``sys.monitoring``
+recorder, where the commit's harness has one).
 """
 
 from __future__ import annotations
@@ -38,11 +47,14 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness import split
@@ -127,7 +139,7 @@ def today(repo: Path, work: Path, row: dict, select: dict | None = None) -> dict
     greens are the skipped tests that failed in the commit's run. None where a report is missing."""
     try:
         ran = json.loads((work / "runs" / row["commit"][:12] / "report.json").read_text())
-        source = work / "runs" / row["ref"][:12] / "report.json"
+        source = work / "runs" / row.get("history", row["ref"][:12]) / "report.json"
         history = previous.from_report(store.load(source), str(source))  # as harness run reads it
     except (OSError, ValueError, KeyError, ReportError):
         return None
@@ -158,7 +170,9 @@ def today(repo: Path, work: Path, row: dict, select: dict | None = None) -> dict
 def table(repo: Path, work: Path, found: list[dict], select: dict | None = None) -> list[str]:
     """Per commit: this checkout's selection (selected / total, false greens, why everything if so) and
     the commit's own harness's (its shadow report); then the distribution of this checkout's."""
-    out = ["commit       selected/total  share  false greens  failed  at the commit  why all (or note)"]
+    out = [
+        "commit       selected/total  share  false greens  failed  at the commit  python  why all (or note)"
+    ]
     shares, greens = [], 0
     for row in found:
         if row.get("skip"):
@@ -177,7 +191,8 @@ def table(repo: Path, work: Path, found: list[dict], select: dict | None = None)
         note = (now["everything"] or "")[:70]
         out.append(
             f"{row['commit'][:12]} {now['selected']:>6}/{total:<6}  {part:>5.0%}"
-            f"  {len(now['false_green']):>12}  {len(row.get('failed') or []):>6}  {own:>13}  {note}"
+            f"  {len(now['false_green']):>12}  {len(row.get('failed') or []):>6}  {own:>13}"
+            f"  {row.get('python', '?'):>6}  {note}"
         )
         out += [f"    false green: {nodeid}" for nodeid in now["false_green"]]
     if shares:
@@ -221,13 +236,35 @@ def estimate(repo: Path, count: int, head: str, report: Path, select: dict | Non
     return out
 
 
-def replay(repo: Path, work: Path, count: int, suite_args: list[str], python: str, head: str) -> None:
+def replay(
+    repo: Path, work: Path, count: int, suite_args: list[str], python: str, head: str, jobs: int = 1
+) -> None:
+    """Each commit not yet in rows.jsonl: one at a time in shadow since the previous replayed commit, or
+    ``jobs`` at a time without selection (the truth and footprints only)."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "runs").mkdir(exist_ok=True)
     done = {row["commit"] for row in rows(work)}
-    order = commits(repo, count, head)
+    version = subprocess.run(
+        [python, "-c", "import platform; print(platform.python_version())"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    lock = threading.Lock()
+
+    def write(row: dict) -> None:
+        with lock:
+            with open(work / "rows.jsonl", "a", encoding="utf-8") as file:
+                file.write(json.dumps(row) + "\n")
+            print("\n".join(table(repo, work, [row])[1:]), file=sys.stderr)
+
+    def one(job: tuple[dict, Path, list[str], list[str], list[str]]) -> None:
+        row, where, args, missing, select = job
+        print(f"replay: {row['commit'][:12]} since {row['ref'][:12]}", file=sys.stderr)
+        found = run(where, work / "runs" / row["commit"][:12], python, args, select)
+        write({**row, **found, "missing": missing})
+
+    pending, queued = [], set()  # queued: their reports come from this replay's own runs
     previous: str | None = None
-    for commit in order:
+    for commit in commits(repo, count, head):
         if commit in done:
             previous = commit
             continue
@@ -239,28 +276,55 @@ def replay(repo: Path, work: Path, count: int, suite_args: list[str], python: st
             "parent": parent,
             "subject": git(repo, "log", "-1", "--format=%s", commit),
         }
+        previous = commit
         where, args, missing = tree(repo, work, commit, suite_args)
         if not (where / "harness" / "select" / "profiler.py").is_file():
-            row["skip"] = "its harness records no footprints (before selection existed)"
-        else:
-            if not (history / "report.json").is_file():  # the first commit: its parent's footprints
-                seed, seed_args, _ = tree(repo, work, history_of, suite_args)
-                print(f"replay: {history_of[:12]}: footprints of the parent, every test", file=sys.stderr)
-                run(seed, history, python, seed_args, [])
-            ref = parent if history_of == parent else history_of
-            print(f"replay: {commit[:12]} since {ref[:12]}", file=sys.stderr)
-            found = run(
-                where,
-                work / "runs" / commit[:12],
-                python,
-                args,
-                ["--changed-since", ref, "--history", str(history), "--shadow"],
-            )
-            row.update(found, ref=ref, wider=ref != parent, missing=missing)
-        with open(work / "rows.jsonl", "a", encoding="utf-8") as file:
-            file.write(json.dumps(row) + "\n")
-        print("\n".join(table(repo, work, [row])[1:]), file=sys.stderr)
-        previous = commit
+            write({**row, "skip": "its harness records no footprints (before selection existed)"})
+            continue
+        if history_of not in queued and not (history / "report.json").is_file():  # the parent's footprints
+            seed, seed_args, _ = tree(repo, work, history_of, suite_args)
+            print(f"replay: {history_of[:12]}: footprints of the parent, every test", file=sys.stderr)
+            run(seed, history, python, seed_args, [])
+        ref = parent if history_of == parent else history_of
+        row.update(ref=ref, wider=ref != parent, python=version, shadow=jobs == 1)
+        select = ["--changed-since", ref, "--history", str(history), "--shadow"] if jobs == 1 else []
+        pending.append((row, where, args, missing, select))
+        queued.add(commit)
+    if jobs == 1:  # in order: each shadow run reads the previous commit's report
+        for job in pending:
+            one(job)
+        return
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(one, pending))
+
+
+def ingest(work: Path, other: Path) -> list[str]:
+    """The rows of ``other`` (a work folder filled elsewhere) whose commits ``work`` lacks, with their
+    runs' reports and logs; what was added. A row whose history is a commit ``work`` already has keeps the
+    history run there (``runs/<commit>-py<version>``, the row's ``history``): the run it is selected from
+    and the run that is its truth share a Python and host."""
+    have = {row["commit"] for row in rows(work)}
+    new = [row for row in rows(other) if row["commit"] not in have]
+    (work / "runs").mkdir(parents=True, exist_ok=True)
+    for row in new:
+        name, ref = row["commit"][:12], row.get("ref", "")[:12]
+        if row.get("ref") in have and (other / "runs" / ref).is_dir():  # its history, run there: kept apart
+            row["history"] = f"{ref}-py{row.get('python', '')}"
+            shutil.copytree(other / "runs" / ref, work / "runs" / row["history"], dirs_exist_ok=True)
+        if (other / "runs" / name).is_dir():
+            shutil.copytree(other / "runs" / name, work / "runs" / name, dirs_exist_ok=True)
+        if (other / "runs" / f"{name}.log").is_file():
+            shutil.copy2(other / "runs" / f"{name}.log", work / "runs" / f"{name}.log")
+    with open(work / "rows.jsonl", "a", encoding="utf-8") as file:
+        file.writelines(json.dumps(row) + "\n" for row in new)
+    return [f"ingested {row['commit'][:12]} ({row.get('python', '?')})" for row in new]
+
+
+def in_order(repo: Path, head: str, found: list[dict]) -> list[dict]:
+    """The rows oldest first on ``head``'s first-parent line (jobs finish in any order); others last."""
+    line = git(repo, "rev-list", "--first-parent", "--reverse", head).split()
+    rank = {commit: i for i, commit in enumerate(line)}
+    return sorted(found, key=lambda row: rank.get(row["commit"], len(rank)))
 
 
 def main() -> None:
@@ -280,17 +344,24 @@ def main() -> None:
         help="TOML in place of each commit's [tool.harness.select] (--table, --estimate)",
     )
     parser.add_argument("--estimate", type=Path, help="a report.json: each diff's selection from it, no runs")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="commits run at a time, without shadow (default 1)"
+    )
+    parser.add_argument(
+        "--ingest", type=Path, help="another work folder: add its rows and runs, then --table"
+    )
     args = parser.parse_args()
-    if args.commits < 1:
-        parser.error("--commits: at least 1")
+    if args.commits < 1 or args.jobs < 1:
+        parser.error("--commits, --jobs: at least 1")
     if args.estimate:
         print("\n".join(estimate(args.repo, args.commits, args.head, args.estimate, args.select)))
         return
-    if not args.table:
-        replay(
-            args.repo, args.work.resolve(), args.commits, shlex.split(args.suite_args), args.python, args.head
-        )
-    print("\n".join(table(args.repo, args.work.resolve(), rows(args.work.resolve()), args.select)))
+    work = args.work.resolve()
+    if args.ingest:
+        print("\n".join(ingest(work, args.ingest.resolve())))
+    elif not args.table:
+        replay(args.repo, work, args.commits, shlex.split(args.suite_args), args.python, args.head, args.jobs)
+    print("\n".join(table(args.repo, work, in_order(args.repo, args.head, rows(work)), args.select)))
 
 
 if __name__ == "__main__":
