@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.report.environment import versions
 from harness.report.previous import History
 from harness.report.store import load, write_atomic
 from harness.select import PIPELINE_MODES, SELECT, SELECTION, changes, choose, profiler, record, rules, table
@@ -108,7 +109,26 @@ def _footprints(history: History | None) -> tuple | str:
     decoded = table.decode(history.report.get("footprints"))
     if isinstance(decoded, str):
         return f"{history.source}: {decoded}"
+    moved = _moved(history.report.get("versions"), versions(Path.cwd()))
+    if moved is not None:
+        return f"{history.source} ran on {moved}: no diff shows that change"
     return (*decoded, history.groups.unit, history.failed)
+
+
+# What a diff cannot show and that changes what a test does: the interpreter and the heaviest dependencies.
+# (Not the tested package's own version: in its own tree, e.g. vLLM's, that moves with every commit.)
+ENVIRONMENT = ("python", "torch", "transformers")
+
+
+def _moved(then: object, now: Mapping[str, object]) -> str | None:
+    """The first of ``ENVIRONMENT`` the history's run had at another version than this run, said as
+    ``python 3.11.7, this run 3.12.3``; None when all agree. A history that names no version of one
+    (an older report) is taken at its word for the others."""
+    known = then if isinstance(then, dict) else {}
+    for name in ENVIRONMENT:
+        if name in known and known[name] != now.get(name):
+            return f"{name} {known[name]}, this run {now.get(name) or 'none'}"
+    return None
 
 
 def _prefix(root: Path, top: Path) -> str:

@@ -173,6 +173,8 @@ def test_shadow_runs_everything_unchanged_and_names_the_false_greens(repo):
         (lambda r: r.pop("footprints"), "records no footprints"),
         (lambda r: r.update(suite="other"), "is of suite 'other' on 'cpu', this run is 'tiny'"),
         (None, "report"),  # corrupt: not JSON
+        # another interpreter: no diff shows it, and it can break a test the change never touched
+        (lambda r: r["versions"].update(python="2.7.18"), "ran on python 2.7.18, this run 3."),
     ],
 )
 def test_a_history_that_cannot_say_selects_everything_and_says_why(repo, spoil, said):
