@@ -21,12 +21,12 @@ code and ``import`` of an extension module; whole-or-absent writes), so a proces
 from __future__ import annotations
 
 import _thread
+import contextlib
 import cProfile
 import json
 import os
 import sys
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 DIRECTORY = "HARNESS_FOOTPRINT_DIR"  # where processes a test starts write their files
 TEST = "HARNESS_FOOTPRINT_TEST"  # the test that was running when the process started
@@ -203,7 +203,7 @@ class Record:
 
     def __init__(self, paths: Paths, directory: str, test: str):
         self.paths, self.directory, self.test = paths, directory, test
-        self.files: dict[str, None] = {}  # in the order first seen
+        self.files: dict[str, str] = {}  # name -> its JSON, in the order first seen (each write joins them)
         self.pid, self.lock = os.getpid(), _thread.allocate_lock()
         self.broken = False
 
@@ -215,16 +215,18 @@ class Record:
         if self.pid != os.getpid():  # a forked child: its own file, and no lock held by a parent's thread
             self.pid, self.lock = os.getpid(), _thread.allocate_lock()
         with self.lock:
-            self.files.update(dict.fromkeys(new))
+            self.files.update((name, json.dumps(name)) for name in new)
             self.write()
 
     def write(self) -> None:
-        _put(self.directory, f"child-{os.getpid()}", {"test": self.test, "files": list(self.files)})
+        text = f'{{"test": {json.dumps(self.test)}, "files": [{", ".join(self.files.values())}]}}'
+        _put(self.directory, f"child-{os.getpid()}", text)
 
     def spoil(self) -> None:
         """Recording failed: no file of this child, so its test counts as unknown (``begun-`` alone)."""
         self.broken = True
-        Path(self.directory, f"child-{os.getpid()}.json").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.directory, f"child-{os.getpid()}.json"))
 
 
 def _audit(event: str, args: tuple) -> None:
@@ -270,7 +272,11 @@ def _follow(record: Record) -> None:
     never narrower than what it ran."""
     global _CHILD
     _CHILD = record
-    _put(record.directory, f"begun-{os.getpid()}", {"test": record.test})
+    try:
+        os.makedirs(record.directory, exist_ok=True)
+    except OSError:  # written nowhere: its test stays unknown
+        return
+    _put(record.directory, f"begun-{os.getpid()}", json.dumps({"test": record.test}))
     if not _HOOKED:
         try:
             sys.addaudithook(_audit)
@@ -308,13 +314,19 @@ def _write() -> None:
         record.write()
 
 
-def _put(directory: str, name: str, content: dict) -> None:
-    """``name``.json, whole or absent, never cut short: a part-written file would read as less."""
-    part = Path(directory, f"{name}.part")
+def _put(directory: str, name: str, text: str) -> None:
+    """``name``.json, whole or absent, never cut short: a part-written file would read as less. Plain
+    system calls: a child writes at each new module."""
+    part = os.path.join(directory, f"{name}.part")
     try:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        part.write_text(json.dumps(content))
-        os.replace(part, part.with_suffix(".json"))
+        out = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            left = memoryview(text.encode())
+            while left:
+                left = left[os.write(out, left) :]
+        finally:
+            os.close(out)
+        os.replace(part, os.path.join(directory, f"{name}.json"))
     except OSError:  # the run directory is gone (the session ended first): nothing to add to
         pass
 
