@@ -15,8 +15,9 @@ selection is this checkout's (``harness.select.choose``, as ``harness run --chan
 from the unedited run's footprints, markers, engine groups and failures, for the edited file as the
 change; and every test runs with the edit, as in shadow mode. A false green is a test that failed or
 errored with the edit that selection would have skipped. Prints per edit: selected / total, false
-greens, the tests that failed with it; then the distribution. Rows are kept in ``DIR/rows.jsonl``
-(``--table`` prints them); an edit whose row is there is not run again.
+greens, the tests that failed with it; then the distribution. Each edit's failures are kept in
+``DIR/rows.jsonl`` and its selection computed from the unedited run when printed (``--table``: the rows
+so far); an edit whose row is there is not run again.
 """
 
 from __future__ import annotations
@@ -196,9 +197,10 @@ def main() -> int:
     args = parser.parse_args()
     work = args.work.resolve()
     rows_path = work / "rows.jsonl"
-    if args.table:
-        return summary(_rows(rows_path))
     tree = work / f"vllm-{vllm_upstream.VERSION}"
+    base = tree / "replay-base" / "report.json"
+    if args.table:
+        return summary(tree, base, _rows(rows_path))
     if not (tree / "pyproject.toml").is_file():
         sdist = args.sdist.resolve() if args.sdist else vllm_upstream.fetch(work)
         vllm_upstream.extract(sdist, work)
@@ -217,11 +219,9 @@ def main() -> int:
         HARNESS_REUSE="0",
         PYTHONDONTWRITEBYTECODE="1",  # nothing written into the linked package's __pycache__
     )
-    base = tree / "replay-base" / "report.json"
     if not base.is_file():
         print("=== unedited, with footprints", flush=True)
         run(tree, "replay-base", args.keyword, {**env, "HARNESS_FOOTPRINTS": "1"})
-    unedited = json.loads(base.read_text())
     known = {row["edit"] for row in _rows(rows_path)}
     for edit in EDITS:
         if (args.edit and edit.name not in args.edit) or edit.name in known:
@@ -230,27 +230,30 @@ def main() -> int:
         folder = overlay(work, edit)
         ran = run(tree, f"replay-{edit.name}", args.keyword, {**env, "PYTHONPATH": str(folder)})
         shutil.rmtree(folder)
-        tests = [t["nodeid"] for t in unedited["tests"]]
-        selected, everything = selection(tree, base, edit, tests)
         failed = sorted(t["nodeid"] for t in ran["tests"] if t.get("outcome") in FAILED)
-        row = {
-            "edit": edit.name,
-            "path": edit.path,
-            "what": edit.what,
-            "selected": sorted(selected),
-            "total": len(tests),
-            "everything": everything,
-            "failed": failed,
-            "false_green": sorted(set(failed) - set(selected)),
-        }
+        row = {"edit": edit.name, "path": edit.path, "what": edit.what, "failed": failed}
         with open(rows_path, "a") as rows:
             rows.write(json.dumps(row) + "\n")
-        print(_line(row), flush=True)
-    return summary(_rows(rows_path))
+    return summary(tree, base, _rows(rows_path))
 
 
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
+
+
+def scored(tree: Path, base: Path, row: dict) -> dict:
+    """A row with the selection for its edit, from the unedited run (``selection``), and its false greens:
+    the tests that failed with the edit that selection skips."""
+    tests = [t["nodeid"] for t in json.loads(base.read_text())["tests"]]
+    selected, everything = selection(tree, base, Edit(row["edit"], row["path"], "", "", ""), tests)
+    missed = sorted(set(row["failed"]) - set(selected))
+    return {
+        **row,
+        "selected": sorted(selected),
+        "total": len(tests),
+        "everything": everything,
+        "missed": missed,
+    }
 
 
 def _line(row: dict) -> str:
@@ -258,22 +261,23 @@ def _line(row: dict) -> str:
     return (
         f"{row['edit']:<20} {len(row['selected'])}/{row['total']} selected "
         f"({len(row['selected']) / row['total']:.0%}), failed with it {len(row['failed'])}, "
-        f"false greens {len(row['false_green'])}{why}"
+        f"false greens {len(row['missed'])}{why}"
     )
 
 
-def summary(found: list[dict]) -> int:
+def summary(tree: Path, base: Path, found: list[dict]) -> int:
     """Each row, then the median share selected with its quartiles, and the false greens."""
+    found = [scored(tree, base, row) for row in found]
     for row in found:
         print(_line(row))
-        for nodeid in row["false_green"]:
-            print(f"  FALSE GREEN: {nodeid}")
+        for nodeid in row["failed"]:
+            print(f"  failed with it: {nodeid}{'  FALSE GREEN' if nodeid in row['missed'] else ''}")
     if not found:
         print("no rows yet")
         return 0
     shares = sorted(len(r["selected"]) / r["total"] for r in found)
     quartiles = statistics.quantiles(shares, n=4) if len(shares) > 1 else [shares[0]] * 3
-    greens = sum(len(r["false_green"]) for r in found)
+    greens = sum(len(r["missed"]) for r in found)
     print(
         f"{len(found)} edits: median selected {statistics.median(shares):.0%} (quartiles "
         f"{quartiles[0]:.0%}, {quartiles[2]:.0%}; min {shares[0]:.0%}, max {shares[-1]:.0%}); "

@@ -75,8 +75,8 @@ class _Footprints:
         self.item: pytest.Item | None = None
         self.fixtures: dict[str, set[str]] = {}  # a fixture's name -> the owners of its definitions
         self.tokens: dict[str, str] = {}  # a test's token (what its processes' files name) -> its node id
-        self.shared: set[tuple[str, str]] = set()  # (token, node id): an earlier test's process alive in it
-        self.alive = _Alive(folder)
+        self.alive: set[tuple[str, str]] = set()  # (pid, node id): a process alive while the test ran
+        self.descendants = _Alive(folder)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector):
@@ -106,7 +106,7 @@ class _Footprints:
         token = f"{self.worker}-{os.getpid()}-{len(self.tokens)}"  # a process it starts records under it
         self.tokens[token] = item.nodeid
         os.environ[profiler.TEST] = token
-        self.shared.update((t, item.nodeid) for t in self.alive.tokens(token))
+        self.alive.update((pid, item.nodeid) for pid in self.descendants.pids())
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
@@ -120,9 +120,8 @@ class _Footprints:
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         item, self.item = self.item, None
-        token = os.environ.pop(profiler.TEST, None)
-        if token is not None:
-            self.shared.update((t, nodeid) for t in self.alive.tokens(token))
+        os.environ.pop(profiler.TEST, None)
+        self.alive.update((pid, nodeid) for pid in self.descendants.pids())
         found = self.tests.setdefault(nodeid, set())
         found |= self.recorder.take(f"test {nodeid}")
         found |= self.recorder.files.get(f"collect {nodeid.split('::')[0]}", set())
@@ -144,7 +143,8 @@ class _Footprints:
         data = {
             "tests": [[t, sorted(f)] for t, f in self.tests.items()],
             "markers": [[t, m] for t, m in self.markers.items()],
-            "children": [[token, t] for token, t in [*self.tokens.items(), *sorted(self.shared)]],
+            "children": [[token, t] for token, t in self.tokens.items()],
+            "alive": [list(pair) for pair in sorted(self.alive)],
         }
         args = [*sys.argv, *session.config.invocation_params.args]
         clean = Redactor(os.environ, args).data(data)
@@ -159,42 +159,20 @@ class _Footprints:
 
 
 class _Alive:
-    """This session's descendant processes alive now, each with the tokens it may record under: a test
-    counts the files of every one alive when it begins or ends, whichever test started it (an engine a
-    class-scoped fixture or reuse hands on runs code for each test that uses it). Wider where a process
-    served none of them (a parked engine another test takes later), never narrower. Looked for only once
-    a child has recorded (its ``begun-`` file made the folder): a session that starts none pays a stat."""
+    """This session's descendant processes alive now: a test counts the files of every one alive when it
+    begins or ends, whichever test started it (an engine a class-scoped fixture or reuse hands on runs
+    code for each test that uses it). Wider where a process served none of them (a parked engine another
+    test takes later), never narrower. Looked for only once a child has recorded (its ``begun-`` file made
+    the folder): a session that starts none pays a stat per test."""
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.seen: dict[tuple[int, float], set[str]] = {}  # (pid, start time) -> its possible tokens
 
-    def tokens(self, running: str) -> set[str]:
-        """The tokens of the processes alive now; one first seen now has the running test's token, or one
-        of its parent's (a process inherits the environment that names its test)."""
+    def pids(self) -> set[str]:
+        """The process ids of this session's descendants alive now (as their files name them)."""
         if not self.folder.is_dir():
             return set()
-        found = []
-        for process in psutil.Process().children(recursive=True):
-            try:
-                found.append((process, (process.pid, process.create_time())))
-            except psutil.Error:  # gone since the listing: it ran nothing more for this test
-                continue
-        keys = {p.pid: key for p, key in found}
-        out: set[str] = set()
-        for process, key in found:  # parents before their children (psutil walks down the tree)
-            if key not in self.seen:
-                parent = keys.get(_parent(process), (0, 0.0))
-                self.seen[key] = {running, *self.seen.get(parent, ())}
-            out |= self.seen[key]
-        return out - {running}
-
-
-def _parent(process: psutil.Process) -> int:
-    try:
-        return process.ppid()
-    except psutil.Error:
-        return 0
+        return {str(process.pid) for process in psutil.Process().children(recursive=True)}
 
 
 def _said(path: Path, error: OSError) -> None:

@@ -135,6 +135,7 @@ class FootprintSession(TypedDict, total=False):
     tests: Required[list[list[str | list[str]]]]
     markers: list[list[str | list[str]]]
     children: list[list[str]]
+    alive: list[list[str]]  # [pid, node id]: a test that ran while that child process was alive
 
 
 class FootprintChild(TypedDict):

@@ -61,12 +61,14 @@ def collect(files: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict | Non
     """The run's footprints from its sessions' files as the one loader read them
     (``harness.report.store.footprint_files``: file name, content), None where no session recorded any.
     A child's file names its test by the session's token for it (no node id: a parameter may be a
-    credential, and only the session redacts); a token may name several tests (a process alive while each
-    ran: an engine a class or reuse shares), and its files count for each."""
+    credential, and only the session redacts). A session's ``alive`` pairs (pid, node id) name the tests
+    that ran while a process was alive (an engine a class-scoped fixture or reuse hands on): its files
+    count for them too."""
     tests: dict[str, set[str]] = {}
     markers: dict[str, set[str]] = {}
-    tokens: dict[str, set[str]] = {}  # a child's token -> the tests its files count for
-    children: list[Mapping[str, Any]] = []
+    tokens: dict[str, str] = {}
+    alive: dict[str, set[str]] = {}  # a child's pid -> the tests that ran while it was alive
+    children: list[tuple[str, Mapping[str, Any]]] = []  # (pid, content)
     begun: dict[str, str] = {}  # a child's pid -> its test's token
     wrote: set[str] = set()  # the pids whose own file was read
     seen = False
@@ -85,24 +87,30 @@ def collect(files: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict | Non
             begun[pid] = str(data.get("test"))
             continue
         if name.startswith("child-"):
-            children.append(data)
+            children.append((pid, data))
             wrote.add(pid)
             continue
         for test, found in _pairs(data.get("tests")):
             tests.setdefault(test, set()).update(_strings(found))
         for test, names in _pairs(data.get("markers")):
             markers.setdefault(test, set()).update(_strings(names))
-        for token, test in _pairs(data.get("children")):
+        tokens.update((t, n) for t, n in _pairs(data.get("children")) if isinstance(n, str))
+        for pid, test in _pairs(data.get("alive")):
             if isinstance(test, str):
-                tokens.setdefault(token, set()).add(test)
-    for data in children:
-        for owner in tokens.get(str(data.get("test")), ()):
+                alive.setdefault(pid, set()).add(test)
+    for pid, data in children:
+        for owner in _owners(tokens.get(str(data.get("test"))), alive.get(pid, set())):
             tests.setdefault(owner, set()).update(_strings(data.get("files")))
     for pid, token in begun.items():  # a child died before writing: its tests are unknown, so they run
         if pid not in wrote:
-            for owner in tokens.get(token, ()):
+            for owner in _owners(tokens.get(token), alive.get(pid, set())):
                 tests.pop(owner, None)
     return encode(tests, markers) if seen else None
+
+
+def _owners(starter: str | None, alive: set[str]) -> set[str]:
+    """The tests a child's files count for: the one that started it and those that ran while it lived."""
+    return alive | ({starter} if starter is not None else set())
 
 
 def _pairs(value: object) -> list[tuple[str, Any]]:

@@ -147,26 +147,39 @@ def test_a_process_alive_while_a_later_test_runs_counts_for_that_test(tmp_path):
     assert "pkg/server.py" not in found[0]["tests/test_b.py::test_after"]  # it was gone by then
 
 
-tokens = st.sampled_from(["t0", "t1", "t2"])
-tests = st.sampled_from(["a", "b", "c", "d"])
+TESTS = ["a", "b", "c", "d"]
+STARTERS = {"t0": "a", "t1": "b", "t2": "c"}  # a test's token -> the test (d started no process)
+pids = st.sampled_from(["1", "2", "3"])
 
 
 @given(
-    pairs=st.lists(st.tuples(tokens, tests), max_size=8),
-    written=st.dictionaries(tokens, st.frozensets(st.sampled_from(["x.py", "y.py", "z.py"])), max_size=3),
+    alive=st.lists(st.tuples(pids, st.sampled_from(TESTS)), max_size=8),
+    written=st.dictionaries(
+        pids,
+        st.tuples(
+            st.sampled_from(sorted(STARTERS)), st.frozensets(st.sampled_from(["x.py", "y.py", "z.py"]))
+        ),
+        max_size=3,
+    ),
 )
-def test_a_child_s_files_count_for_every_test_its_token_names(pairs, written):
-    """``table.collect``: the files of each child count for every test paired with its token, in any order,
-    duplicated or not; a test named by no pair keeps its own files only."""
-    session = {"tests": [[t, ["own.py"]] for t in ["a", "b", "c", "d"]], "children": [list(p) for p in pairs]}
-    files = [("main-1.json", session)]
+def test_a_child_s_files_count_for_its_test_and_every_test_that_ran_while_it_lived(alive, written):
+    """``table.collect``: a child's files count for the test whose token it names and for each test the
+    session saw run while it was alive, in any order, duplicated or not; other tests keep their own."""
+    session = {
+        "tests": [[t, ["own.py"]] for t in TESTS],
+        "children": [list(pair) for pair in STARTERS.items()],
+        "alive": [list(pair) for pair in alive],
+    }
+    files = [("main-9.json", session)]
     files += [
-        (f"child-{i}.json", {"test": t, "files": sorted(f)}) for i, (t, f) in enumerate(written.items())
+        (f"child-{pid}.json", {"test": token, "files": sorted(f)}) for pid, (token, f) in written.items()
     ]
     found = table.decode(table.collect(files))
     assert not isinstance(found, str)
-    for test in ["a", "b", "c", "d"]:
-        expected = {"own.py"}.union(*(written.get(t, ()) for t, n in pairs if n == test))
+    for test in TESTS:
+        expected = {"own.py"}.union(
+            *(f for pid, (token, f) in written.items() if STARTERS[token] == test or (pid, test) in alive)
+        )
         assert found[0][test] == expected
 
 
