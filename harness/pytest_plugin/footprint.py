@@ -3,7 +3,8 @@
 
 A test's footprint is what ran in its function, in its module's import and collection, in the setup of
 the fixtures it uses (a wider-scoped fixture's setup ran once, for the first test: it counts for each test
-that uses it), and in the processes it started while it ran (``harness.select.profiler.child``).
+that uses it), in the processes it started while it ran (``harness.select.profiler.child``), and in
+the processes alive when it began or ended (an engine a class-scoped fixture or reuse hands on; ``_Alive``).
 pytest's own machinery around them and fixture teardowns are not recorded: on Python 3.11 each profiled
 call costs (``cProfile``, the test's thread only), and a test's own files are in its footprint by its
 module's import anyway; on 3.12+ ``sys.monitoring`` costs once per code object and owner (every thread).
