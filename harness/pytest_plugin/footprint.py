@@ -170,10 +170,18 @@ class _Alive:
         self.folder = folder
 
     def pids(self) -> set[str]:
-        """The process ids of this session's descendants alive now (as their files name them)."""
+        """The process ids of this session's descendants alive now (as their files name them): not a zombie
+        (vLLM SIGKILLs an engine process and leaves it unreaped; it runs no code)."""
         if not self.folder.is_dir():
             return set()
-        return {str(process.pid) for process in psutil.Process().children(recursive=True)}
+        found = set()
+        for process in psutil.Process().children(recursive=True):
+            try:
+                if process.status() != psutil.STATUS_ZOMBIE:
+                    found.add(str(process.pid))
+            except psutil.Error:  # gone since the listing: it runs nothing more
+                continue
+        return found
 
 
 def _said(path: Path, error: OSError) -> None:

@@ -131,6 +131,23 @@ SHARED = {
             pass
         """,
     "tests/test_b.py": "def test_after():\n    pass\n",
+    "pkg/zombie.py": "VALUE = 1\n",
+    "tests/test_c.py": f"""
+        import subprocess, sys
+
+        CODE = {ARM!r} + "; import sys, pkg.zombie; print('up', flush=True); sys.stdin.read()"
+        KEPT = []  # never waited for: a zombie until the session ends, as vLLM leaves a SIGKILLed engine
+
+        def test_leaves_a_zombie():
+            pipe = subprocess.PIPE
+            process = subprocess.Popen([sys.executable, "-c", CODE], stdin=pipe, stdout=pipe)
+            assert process.stdout.readline() == b"up\\n"
+            process.kill()
+            KEPT.append(process)
+
+        def test_after_the_zombie():
+            pass
+        """,
 }
 
 
@@ -145,6 +162,8 @@ def test_a_process_alive_while_a_later_test_runs_counts_for_that_test(tmp_path):
     for test in ("test_starts", "test_uses", "test_uses_too"):
         assert "pkg/server.py" in found[0][f"tests/test_a.py::{test}"], test
     assert "pkg/server.py" not in found[0]["tests/test_b.py::test_after"]  # it was gone by then
+    assert "pkg/zombie.py" in found[0]["tests/test_c.py::test_leaves_a_zombie"]
+    assert "pkg/zombie.py" not in found[0]["tests/test_c.py::test_after_the_zombie"]  # a zombie runs nothing
 
 
 TESTS = ["a", "b", "c", "d"]
