@@ -114,6 +114,20 @@ EDITS = (
         "neutral: generation-only (the sampler; pooling never samples)",
     ),
     Edit(
+        "outputs-finished",
+        "vllm/outputs.py",
+        "self.finished |= next_output.finished",
+        "self.finished = next_output.finished",
+        "breaks: a merged RequestOutput forgets it had finished (unit tests' code, test process)",
+    ),
+    Edit(
+        "sampling-params",
+        "vllm/sampling_params.py",
+        '"""Validate that some fields are mutually exclusive."""',
+        '"""Check that the structured output fields are mutually exclusive."""',
+        "neutral: generation-only (SamplingParams), a docstring",
+    ),
+    Edit(
         "llama-model",
         "vllm/model_executor/models/llama.py",
         'prefix=f"{prefix}.gate_up_proj",',
