@@ -71,6 +71,15 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
+def spread(shares: list[float]) -> str:
+    """Shares selected, summed up as the docs give them: median, quartiles (inclusive), min and max."""
+    q = statistics.quantiles(shares, n=4, method="inclusive") if len(shares) > 1 else [shares[0]] * 3
+    return (
+        f"median selected {statistics.median(shares):.0%} (quartiles {q[0]:.0%}, {q[2]:.0%}; "
+        f"min {min(shares):.0%}, max {max(shares):.0%})"
+    )
+
+
 def commits(repo: Path, count: int, head: str = "HEAD") -> list[str]:
     """The last ``count`` commits of ``head``'s first-parent line that changed harness/ or tests/, oldest
     first."""
@@ -196,11 +205,7 @@ def table(repo: Path, work: Path, found: list[dict], select: dict | None = None)
         )
         out += [f"    false green: {nodeid}" for nodeid in now["false_green"]]
     if shares:
-        q = statistics.quantiles(shares, n=4, method="inclusive") if len(shares) > 1 else [shares[0]] * 3
-        out.append(
-            f"{len(shares)} commits: median selected {statistics.median(shares):.0%} (quartiles {q[0]:.0%}, "
-            f"{q[2]:.0%}; min {min(shares):.0%}, max {max(shares):.0%}); false greens {greens}"
-        )
+        out.append(f"{len(shares)} commits: {spread(shares)}; false greens {greens}")
     return out
 
 
@@ -228,10 +233,8 @@ def estimate(repo: Path, count: int, head: str, report: Path, select: dict | Non
             f"{commit[:12]} {len(made.selected):>6}/{len(tests):<6} {shares[-1]:>5.0%}"
             f"  {made.everything or ''}"
         )
-    q = statistics.quantiles(shares, n=4, method="inclusive") if len(shares) > 1 else [shares[0]] * 3
     out.append(
-        f"{len(shares)} diffs, footprints of one run: median selected {statistics.median(shares):.0%} "
-        f"(quartiles {q[0]:.0%}, {q[2]:.0%}; max {max(shares):.0%}); false greens not known (nothing ran)"
+        f"{len(shares)} diffs, footprints of one run: {spread(shares)}; false greens not known (nothing ran)"
     )
     return out
 

@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import vllm_upstream  # benchmarks/: the tree, the hub cache and the sdist as it sets them up
+from selection_replay import spread  # benchmarks/: the replays' one summary of shares
 
 from harness.report import previous, store
 from harness.select import rules, table
@@ -290,13 +290,9 @@ def summary(tree: Path, base: Path, found: list[dict]) -> int:
         print("no rows yet")
         return 0
     shares = sorted(len(r["selected"]) / r["total"] for r in found)
-    quartiles = statistics.quantiles(shares, n=4) if len(shares) > 1 else [shares[0]] * 3
     greens = sum(len(r["missed"]) for r in found)
-    print(
-        f"{len(found)} edits: median selected {statistics.median(shares):.0%} (quartiles "
-        f"{quartiles[0]:.0%}, {quartiles[2]:.0%}; min {shares[0]:.0%}, max {shares[-1]:.0%}); "
-        f"shares {', '.join(f'{s:.0%}' for s in shares)}; false greens {greens}"
-    )
+    listed = ", ".join(f"{share:.0%}" for share in shares)
+    print(f"{len(found)} edits: {spread(shares)}; shares {listed}; false greens {greens}")
     return 1 if greens else 0
 
 
