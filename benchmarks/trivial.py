@@ -4,11 +4,15 @@ it in, a timed pytest process, and the median's confidence interval."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import queue
 import resource
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -52,24 +56,33 @@ def timed(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float
 
 def timed_together(sides: list[list[str]], cwd: Path, env: dict[str, str]) -> list[tuple[float, float]]:
     """(wall, CPU) seconds of ``PYTEST`` processes started at once, one per argument list: runs that share
-    their moments share what the host's other load does to them. A failing one ends the others."""
+    their moments share what the host's other load does to them. A failing one ends the others. Each is
+    waited for by its own pid (a thread each), never ``wait4(-1)``: that would reap a child of the caller
+    that is not one of these (an engine process a test left, in an xdist worker)."""
     started = time.perf_counter()
-    running = {
-        process.pid: (n, process)
-        for n, process in enumerate(
-            subprocess.Popen(PYTEST + args, cwd=cwd, env=env, stdout=subprocess.DEVNULL) for args in sides
-        )
-    }
+    out = subprocess.DEVNULL
+    processes = [subprocess.Popen(PYTEST + args, cwd=cwd, env=env, stdout=out) for args in sides]
+    ended: queue.Queue[tuple[int, int, resource.struct_rusage, float]] = queue.Queue()
+
+    def reap(n: int, process: subprocess.Popen[bytes]) -> None:
+        _, status, usage = os.wait4(process.pid, 0)  # its own CPU seconds, whenever it ends
+        process.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
+        ended.put((n, process.returncode, usage, time.perf_counter()))
+
+    for n, process in enumerate(processes):
+        threading.Thread(target=reap, args=(n, process), daemon=True).start()
     measured: list[tuple[float, float]] = [(0.0, 0.0)] * len(sides)
-    while running:
-        pid, status, usage = os.wait4(-1, 0)  # whichever ends first, with its own CPU seconds
-        n, _ = running.pop(pid)
-        if os.waitstatus_to_exitcode(status) != 0:
-            for _, other in running.values():
-                other.kill()
-                other.wait()
-            raise subprocess.CalledProcessError(os.waitstatus_to_exitcode(status), PYTEST + sides[n])
-        measured[n] = (time.perf_counter() - started, usage.ru_utime + usage.ru_stime)
+    for left in range(len(processes), 0, -1):
+        n, code, usage, at = ended.get()
+        if code != 0:
+            for other in processes:
+                if other.returncode is None:  # not Popen.kill: its poll() could reap it before its thread
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(other.pid, signal.SIGKILL)
+            for _ in range(left - 1):  # every other one reaped before the error leaves
+                ended.get()
+            raise subprocess.CalledProcessError(code, PYTEST + sides[n])
+        measured[n] = (at - started, usage.ru_utime + usage.ru_stime)
     return measured
 
 

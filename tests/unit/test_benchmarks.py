@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
@@ -89,12 +89,23 @@ def test_runs_started_together_are_each_timed_as_their_own(tmp_path):
 def test_a_run_that_fails_ends_the_pair_with_its_arguments(tmp_path):
     root = trivial.suite(tmp_path, 1)
     (root / "test_slow.py").write_text("import time\n\n\ndef test_sleeps():\n    time.sleep(60)\n")
+    before = {child.pid for child in psutil.Process().children()}
     with pytest.raises(subprocess.CalledProcessError) as failed:
         trivial.timed_together([["test_slow.py"], ["--no-such-option"]], root, trivial.environment())
     assert failed.value.returncode == 4  # pytest's usage error
     assert failed.value.cmd[-1] == "--no-such-option"
-    with pytest.raises(ChildProcessError):  # the sleeping one was ended and reaped, not left running
-        os.wait4(-1, os.WNOHANG)
+    # the sleeping one was ended and reaped, not left running (this process's other children aside)
+    assert {child.pid for child in psutil.Process().children()} <= before
+
+
+def test_a_child_of_the_caller_that_ends_first_is_not_taken_for_one_of_the_pair(tmp_path):
+    """An xdist worker has children of its own (an engine process an earlier test left): waiting for any
+    child reaped one of those and failed with a KeyError."""
+    root = trivial.suite(tmp_path, 1)
+    other = subprocess.Popen([sys.executable, "-c", "pass"])
+    measured = trivial.timed_together([[], []], root, trivial.environment())
+    assert len(measured) == 2 and all(wall > 0 and cpu > 0 for wall, cpu in measured)
+    assert other.wait(timeout=60) == 0  # still this test's to reap
 
 
 def test_the_medians_interval_is_the_binomial_order_statistics():
