@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests import conftest
@@ -52,6 +52,8 @@ def test_the_longest_go_to_different_workers_and_a_reader_follows_its_run(monkey
     quick=st.integers(0, 60),
     workers=st.integers(2, 8),
 )
+@example(boots=[1, 1, 1, 1], quick=1, workers=3)  # a worker's two engines overflow its chunk of one
+@example(boots=[0, 0, 0, 0, 1], quick=1, workers=2)  # the quick tests run out before a chunk is full
 def test_every_test_kept_once_and_each_chunk_opens_with_its_engines(boots, quick, workers):
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(workers))
