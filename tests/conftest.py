@@ -93,24 +93,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         worker = module[0] if module and not _boots(item) else fewest
         chunks[worker].append(item)
         boots[worker] += _boots(item)
-    ordered, left = [], len(items)
-    for worker, mine in enumerate(chunks):
-        size = left // (workers - worker)
-        left -= size
+    sizes = _sizes(len(items), workers)
+    ordered = []
+    for mine, size in zip(chunks, sizes, strict=True):
         ordered += [*mine, *itertools.islice(quick, max(size - len(mine), 0))]
+    ordered += quick
     # where a worker's engines outnumber its chunk, or the quick tests run out, the chunks' bounds move:
     # each chunk as worksteal cuts it still opens with the engine tests it got
-    items[:] = [i for chunk in _cut([*ordered, *quick], workers) for i in _engines_first(chunk)]
+    starts = list(itertools.accumulate(sizes, initial=0))
+    items[:] = [i for a, b in itertools.pairwise(starts) for i in _engines_first(ordered[a:b])]
 
 
-def _cut(items: list[pytest.Item], workers: int) -> list[list[pytest.Item]]:
-    """The contiguous chunks worksteal hands the workers: ``n // W``, then the rest's share."""
-    chunks, left = [], len(items)
+def _sizes(items: int, workers: int) -> list[int]:
+    """The sizes of the contiguous chunks worksteal hands the workers: ``n // W``, then the rest's share."""
+    sizes = []
     for worker in range(workers):
-        size = left // (workers - worker)
-        chunks.append(items[len(items) - left : len(items) - left + size])
-        left -= size
-    return chunks
+        sizes.append((items - sum(sizes)) // (workers - worker))
+    return sizes
 
 
 def _engines_first(chunk: list[pytest.Item]) -> list[pytest.Item]:
